@@ -1,0 +1,3 @@
+"""layerbench: what does this storage layer cost me, and why?"""
+
+__version__ = "0.1.0"

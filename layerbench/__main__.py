@@ -1,0 +1,3 @@
+from layerbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""The command line: parse arguments, call one function, render. Nothing else."""
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from layerbench import __version__, namespace
+from layerbench.errors import UserError
+from layerbench.experiment import Experiment, Trial
+from layerbench.plan import load_plan
+from layerbench.reports import base as reports
+from layerbench.reports import text as text_report
+from layerbench.scratch import DEFAULT_ROOT, Scratch
+from layerbench.stacks.base import load_kinds as load_layer_kinds
+from layerbench.store import Store
+from layerbench.workloads.base import load_kinds as load_workload_kinds
+
+DEFAULT_DB = Path("layerbench.db")
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="layerbench",
+        description="What does this storage layer cost me, and why? Builds each storage stack "
+        "of a plan, runs real workloads in it, and reports each layer's cost against a baseline.",
+    )
+    parser.add_argument("--version", action="version", version=f"layerbench {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a plan (the built-in default without one)")
+    run.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
+    run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results SQLite file")
+    run.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
+    run.add_argument("--reps", type=int, help="measured repetitions (overrides the plan)")
+    run.add_argument("--quick", action="store_true", help="the plan's small sizes and reps")
+    run.add_argument("--no-namespace", action="store_true",
+                     help="mount in the host's mount namespace (visible in its mount table)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar, no final report")
+
+    report = commands.add_parser("report", help="report an experiment (the newest by default)")
+    report.add_argument("experiment", nargs="?", type=int, help="experiment id")
+    report.add_argument("--db", type=Path, default=DEFAULT_DB)
+    report.add_argument("--format", default="text", choices=sorted(reports.load_formats()))
+    report.add_argument("-o", "--output", type=Path, help="write to this file")
+
+    commands.add_parser("list", help="layer and workload kinds, and whether this host has them")
+
+    clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
+    clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
+    clean.add_argument("--db", type=Path, default=DEFAULT_DB,
+                       help="mark its killed experiments interrupted")
+    return parser
+
+
+# ---- signals -----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _interruptible(scratch: Scratch) -> Iterator[None]:
+    """First Ctrl-C (or SIGTERM): stop, tear down, keep finished runs. A second one while
+    tearing down: hurry (lazy unmounts, SIGKILL helpers) but still leave nothing behind."""
+    count = 0
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal count
+        count += 1
+        if count == 1:
+            raise KeyboardInterrupt
+        scratch.hurry = True
+        console.print("[yellow]hurrying the teardown[/yellow]")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
+    if args.reps is not None and args.reps < 1:
+        raise UserError("--reps: must be at least 1")
+    if os.geteuid() != 0:
+        raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
+    warnings: list[str] = []
+    if not args.no_namespace:
+        reason = namespace.enter_private_mount_namespace()
+        if reason:
+            warnings.append(f"mounts are in the host's namespace: {reason}")
+    scratch = Scratch(args.scratch)
+    scratch.lock(f"layerbench run {plan.source}")
+    try:
+        for line in scratch.clean():
+            console.print(f"recovered from an earlier run: {line}")
+        store = Store(args.db)
+        for ident in store.mark_running_interrupted():
+            console.print(f"experiment {ident} was killed; marked interrupted")
+        experiment = Experiment(plan, store, scratch)
+        with _interruptible(scratch):
+            try:
+                experiment.prepare(warnings)
+                _run_with_progress(experiment, quiet=args.quiet)
+            except KeyboardInterrupt:
+                console.print(f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
+                              "its finished runs; everything built was torn down")
+                return 130
+        if not args.quiet:
+            for part in text_report.build(reports.gather(store, experiment.id)):  # type: ignore[arg-type]
+                out.print(part)
+        console.print(f"experiment {experiment.id} stored in {args.db}")
+        return 0
+    finally:
+        scratch.unlock()
+
+
+def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
+    if quiet:
+        experiment.run()
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(experiment.plan.name, total=len(experiment.trials))
+        last = ""
+
+        def update(trial: Trial, total: int, row: dict[str, Any] | None) -> None:
+            nonlocal last
+            what = f"{trial.stack} × {trial.workload} rep {trial.rep + 1}"
+            what += " (warm-up)" if trial.warmup else ""
+            if row is None:
+                progress.update(task, description=f"{what}{last}")
+                return
+            last = (f"  last {row['wall_s']:.2f}s" if row["status"] == "ok"
+                    else "  last FAILED")
+            progress.update(task, advance=1, description=f"{what}{last}")
+
+        experiment.run(update)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not args.db.exists():
+        raise UserError(f"{args.db}: no results database; run `layerbench run` first")
+    store = Store(args.db)
+    ident = args.experiment if args.experiment is not None else store.latest_experiment_id()
+    if ident is None:
+        raise UserError(f"{args.db}: holds no experiment yet")
+    data = reports.gather(store, ident)
+    if args.format == "text" and args.output is None:
+        for part in text_report.build(data):
+            out.print(part)
+        return 0
+    document = reports.render(data, args.format)
+    if args.output is None:
+        sys.stdout.write(document)
+        return 0
+    # Write beside the target and rename: never a half-written report.
+    directory = args.output.resolve().parent
+    if not directory.is_dir():
+        raise UserError(f"-o {args.output}: directory {directory} does not exist")
+    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as handle:
+        handle.write(document)
+    os.replace(handle.name, args.output)
+    console.print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for title, kinds in (("layer kinds", load_layer_kinds()),
+                         ("workload kinds", load_workload_kinds())):
+        table = Table(title=title, title_justify="left")
+        for column in ("kind", "what it is", "needs", "on this host"):
+            table.add_column(column)
+        for name, cls in sorted(kinds.items()):
+            missing = cls.missing(None)
+            needs = ", ".join(getattr(cls, "tools", ())) or "-"
+            here = "yes" if not missing else "missing: " + "; ".join(missing)
+            table.add_row(name, cls.summary, needs, here)
+        out.print(table)
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise UserError("layerbench clean needs root to unmount; run it as root")
+    if not args.scratch.exists():
+        out.print(f"nothing to clean: {args.scratch} does not exist")
+        return 0
+    scratch = Scratch(args.scratch)
+    scratch.lock("layerbench clean")
+    try:
+        removed = scratch.clean()
+    finally:
+        scratch.unlock()
+    for line in removed:
+        out.print(line)
+    if args.db.exists():
+        for ident in Store(args.db).mark_running_interrupted():
+            out.print(f"experiment {ident} marked interrupted")
+    out.print(f"clean: {len(removed)} leftover(s) removed from {scratch.root}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "clean": cmd_clean}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        console.print(f"layerbench: {exc}", markup=False)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        console.print("layerbench: interrupted")
+        return 130

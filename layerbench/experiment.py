@@ -1,0 +1,188 @@
+"""An experiment: a plan's trials in order, one at a time, each run stored as it ends.
+
+prepare (check tools, pack archives) -> schedule (warm-ups first, interleaved or
+sequential, seeded) -> for each trial: build stack, prepare workload, drop caches,
+timed run, store, tear down -> mark the experiment done.
+"""
+
+import contextlib
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerbench import __version__, host, measure
+from layerbench.errors import SetupError, UserError
+from layerbench.plan import Plan
+from layerbench.scratch import Scratch
+from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, build_stack
+from layerbench.store import Store, now
+from layerbench.workloads.base import WORKLOAD_KINDS, Workload
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int
+    stack: str
+    workload: str
+    rep: int  # 0-based among measured runs; warm-ups count separately
+    warmup: bool
+
+
+def make_layers(plan: Plan, stack: str) -> list[Layer]:
+    return [
+        LAYER_KINDS[options.kind](options, index)
+        for index, options in enumerate(plan.stacks[stack], start=1)
+    ]
+
+
+def make_workloads(plan: Plan) -> dict[str, Workload]:
+    workloads = {
+        name: WORKLOAD_KINDS[options.kind](options, name)
+        for name, options in plan.workloads.items()
+    }
+    sizes = [
+        size
+        for stack in plan.stacks
+        for layer in make_layers(plan, stack)
+        if (size := layer.fs_size()) is not None
+    ]
+    for workload in workloads.values():
+        if hasattr(workload, "reference_fs_size"):
+            workload.reference_fs_size = min(sizes) if sizes else None  # type: ignore[attr-defined]
+    return workloads
+
+
+def check_host(plan: Plan, workloads: dict[str, Workload]) -> None:
+    """Everything the plan needs is installed, or one line says what to install."""
+    if os.geteuid() != 0:
+        raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
+    for stack, layers in plan.stacks.items():
+        for options in layers:
+            lacks = LAYER_KINDS[options.kind].missing(options)
+            if lacks:
+                raise UserError(f"stack {stack}: layer {options.kind} needs {lacks[0]}")
+    for name, workload in workloads.items():
+        lacks = workload.missing(workload.options)
+        if lacks:
+            raise UserError(f"workload {name}: needs {lacks[0]}")
+
+
+def schedule(plan: Plan, seed: int) -> list[Trial]:
+    """Warm-ups first for every pair, then the measured repetitions. Interleaved order
+    shuffles the stacks within each repetition so drift hits every stack alike."""
+    rng = random.Random(seed)
+    stacks = list(plan.stacks)
+    trials: list[Trial] = []
+
+    def add(stack: str, workload: str, rep: int, warmup: bool) -> None:
+        trials.append(Trial(len(trials), stack, workload, rep, warmup))
+
+    if plan.order == "sequential":
+        for stack in stacks:
+            for workload in plan.workloads:
+                for rep in range(plan.warmup):
+                    add(stack, workload, rep, True)
+                for rep in range(plan.reps):
+                    add(stack, workload, rep, False)
+        return trials
+    rounds = [(rep, True) for rep in range(plan.warmup)] + [(rep, False) for rep in range(plan.reps)]
+    for rep, warmup in rounds:
+        for workload in plan.workloads:
+            for stack in rng.sample(stacks, len(stacks)):
+                add(stack, workload, rep, warmup)
+    return trials
+
+
+ProgressCallback = Callable[[Trial, int, dict[str, Any] | None], None]
+
+
+class Experiment:
+    """One execution of a plan, stored under an id."""
+
+    def __init__(self, plan: Plan, store: Store, scratch: Scratch) -> None:
+        self.plan = plan
+        self.store = store
+        self.scratch = scratch
+        self.seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
+        self.workloads = make_workloads(plan)
+        self.trials = schedule(plan, self.seed)
+        self.id: int | None = None
+        self._stacks_seen: set[str] = set()
+
+    def prepare(self, warnings: list[str]) -> None:
+        """Checks and one-time preparation; nothing is written to the store before this."""
+        check_host(self.plan, self.workloads)
+        for workload in self.workloads.values():
+            if hasattr(workload, "archive"):
+                workload.archive  # noqa: B018 - packs a built-in archive once, untimed
+        self.id = self.store.create_experiment(
+            name=self.plan.name, plan_source=self.plan.source, plan_text=self.plan.text,
+            plan=self.plan.as_dict(), seed=self.seed, baseline=self.plan.baseline,
+            host=host.describe(self.scratch.root), version=__version__, warnings=warnings,
+        )
+
+    def run(self, progress: ProgressCallback | None = None) -> int:
+        assert self.id is not None, "prepare() first"
+        status = "failed"
+        try:
+            for trial in self.trials:
+                if progress:
+                    progress(trial, len(self.trials), None)
+                row = self.run_trial(trial)
+                if progress:
+                    progress(trial, len(self.trials), row)
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.store.finish_experiment(self.id, status)
+        return self.id
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        assert self.id is not None
+        workload = self.workloads[trial.workload]
+        started = now()
+        facts: dict[str, Any] = {}
+        with self.scratch.directory("trials", f"e{self.id}-t{trial.index}") as workdir:
+            try:
+                with contextlib.ExitStack() as resources:
+                    ctx = BuildContext(scratch=self.scratch, workdir=workdir)
+                    built = resources.enter_context(
+                        build_stack(ctx, make_layers(self.plan, trial.stack))
+                    )
+                    devices = built.devices()
+                    if trial.stack not in self._stacks_seen:
+                        self._record_stack(trial.stack, built, devices)
+                    prepared = workload.prepare(ctx, built, resources)
+                    facts.update(prepared.facts)
+                    measure.drop_caches()
+                    counters = measure.run_timed(
+                        prepared.argv, cwd=prepared.cwd, env=prepared.env,
+                        timeout=workload.options.timeout, devices=devices,
+                        helper_pids=built.helper_pids, stderr_path=workdir / "stderr",
+                    )
+                row = counters.as_row()
+                if counters.status == "ok" and prepared.units and counters.wall_s > 0:
+                    row["units"], row["unit"] = prepared.units, prepared.unit
+                    row["throughput"] = prepared.units / counters.wall_s
+            except SetupError as exc:
+                row = measure.failed(f"setup: {exc}").as_row()
+        row.update(trial=trial.index, stack=trial.stack, workload=trial.workload, rep=trial.rep,
+                   warmup=int(trial.warmup), started=started)
+        self.store.add_run(self.id, row, row.pop("devices"), facts)
+        return row
+
+    def _record_stack(self, name: str, built: Any, devices: list[str]) -> None:
+        assert self.id is not None
+        layers = make_layers(self.plan, name)
+        self.store.set_stack_info(self.id, name, {
+            "layers": [layer.describe() for layer in layers] or ["dir (scratch root)"],
+            "mount_lines": built.mount_lines,
+            "devices": devices,
+            "top": str(Path(built.top).relative_to(self.scratch.root)),
+        })
+        self._stacks_seen.add(name)

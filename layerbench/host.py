@@ -1,0 +1,83 @@
+"""What the machine is: recorded with every experiment, printed in the Hardware/OS block."""
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from layerbench import __version__, mounts, system
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str:
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _memory_bytes() -> int:
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _distribution() -> str:
+    fields = {}
+    for line in (_read("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        fields[key] = value.strip('"')
+    return fields.get("PRETTY_NAME", "unknown")
+
+
+def _disk(name: str) -> dict[str, Any]:
+    base = f"/sys/block/{name}"
+    scheduler = _read(f"{base}/queue/scheduler") or ""
+    active = next((w.strip("[]") for w in scheduler.split() if w.startswith("[")), scheduler)
+    return {
+        "name": name,
+        "model": _read(f"{base}/device/model") or _read(f"{base}/device/vendor") or "virtual",
+        "scheduler": active,
+        "rotational": _read(f"{base}/queue/rotational") == "1",
+        "size_bytes": int(_read(f"{base}/size") or 0) * 512,
+    }
+
+
+def _virtualization() -> str:
+    flags = _read("/proc/cpuinfo") or ""
+    return "guest (hypervisor flag)" if " hypervisor" in flags else "bare metal or unknown"
+
+
+def describe(scratch_root: Path) -> dict[str, Any]:
+    fstype, source, options = mounts.filesystem_of(scratch_root)
+    devices = mounts.devices_under(scratch_root)
+    return {
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": _memory_bytes(),
+        "kernel": f"{platform.system()} {platform.release()}",
+        "kernel_version": platform.version(),
+        "distribution": _distribution(),
+        "virtualization": _virtualization(),
+        "scratch_root": str(scratch_root),
+        "scratch_fs": {"type": fstype, "source": source, "options": options},
+        "disks": [_disk(mounts.whole_disk(d)) for d in devices][:1],
+        "python": platform.python_version(),
+        "layerbench": __version__,
+        "tools": {
+            name: system.tool_version(name, flag)
+            for name, flag in (
+                ("mkfs.ext4", "-V"), ("mkfs.xfs", "-V"), ("mkfs.btrfs", "--version"),
+                ("tar", "--version"), ("fio", "--version"), ("bindfs", "--version"),
+                ("qemu-system-x86_64", "--version"),
+            )
+        },
+    }

@@ -1,0 +1,197 @@
+"""One run: a child process timed with a monotonic clock and measured with wait4, plus
+the block devices' and helper processes' counters across the same interval."""
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+_SECTOR = 512
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class DiskCounters:
+    read_ios: int = 0
+    read_bytes: int = 0
+    write_ios: int = 0
+    write_bytes: int = 0
+
+
+def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
+    wanted = set(names)
+    found: dict[str, DiskCounters] = {}
+    with open("/proc/diskstats") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[2] in wanted:
+                found[fields[2]] = DiskCounters(
+                    read_ios=int(fields[3]), read_bytes=int(fields[5]) * _SECTOR,
+                    write_ios=int(fields[7]), write_bytes=int(fields[9]) * _SECTOR,
+                )
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    """user + sys of a live process (and its reaped children), 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime, cutime, cstime are fields 14-17 of stat(5); here offset by 2.
+    return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS
+
+
+def drop_caches() -> None:
+    """Write back dirty data, then drop the page, dentry and inode caches (untimed)."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+@dataclass
+class RunCounters:
+    """What one run measured: the csh `time` set, device I/O and helper CPU."""
+
+    status: str  # "ok" or "failed"
+    error: str | None
+    exit_code: int | None
+    wall_s: float
+    user_s: float
+    sys_s: float
+    cpu_pct: float
+    maxrss_kb: int
+    minflt: int
+    majflt: int
+    inblock: int
+    oublock: int
+    nvcsw: int
+    nivcsw: int
+    read_bytes: int
+    write_bytes: int
+    read_ios: int
+    write_ios: int
+    helper_cpu_s: float
+    devices: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _kill_tree(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def run_timed(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    devices: list[str] = (),  # type: ignore[assignment]
+    helper_pids: list[int] = (),  # type: ignore[assignment]
+    stderr_path: Path | None = None,
+) -> RunCounters:
+    """Run argv to completion and measure it. The child runs in its own process group so
+    a timeout or Ctrl-C can stop every process it started."""
+    full_env = {**os.environ, **(env or {})}
+    stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
+    disks_before = read_diskstats(list(devices))
+    helpers_before = {pid: _cpu_seconds(pid) for pid in helper_pids}
+    error: str | None = None
+    start = time.monotonic()
+    try:
+        child = subprocess.Popen(
+            argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=stderr_target, start_new_session=True,
+        )
+    except OSError as exc:
+        if stderr_path:
+            stderr_target.close()  # type: ignore[union-attr]
+        raise_msg = f"cannot start {argv[0]}: {exc.strerror}"
+        return failed(raise_msg)
+    try:
+        pidfd = os.pidfd_open(child.pid)
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if not poller.poll(None if timeout is None else int(timeout * 1000)):
+                _kill_tree(child.pid)
+                error = f"timed out after {timeout:g}s and was killed"
+        finally:
+            os.close(pidfd)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.monotonic() - start
+    except BaseException:
+        _kill_tree(child.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child.pid, 0)
+        raise
+    finally:
+        if stderr_path:
+            stderr_target.close()  # type: ignore[union-attr]
+        # Grandchildren that outlived the child are not ours to keep.
+        _kill_tree(child.pid)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    disks_after = read_diskstats(list(devices))
+    helper_cpu = sum(_cpu_seconds(pid) - before for pid, before in helpers_before.items())
+    exit_code = child.returncode
+    if error is None and exit_code != 0:
+        error = _describe_exit(exit_code, stderr_path)
+    per_device = {
+        name: {
+            key: getattr(disks_after[name], key) - getattr(disks_before[name], key)
+            for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
+        }
+        for name in disks_before
+        if name in disks_after
+    }
+    # Devices are stacked (loop on vda): totals come from the top device alone.
+    top = per_device.get(devices[0], {}) if devices else {}
+    cpu = usage.ru_utime + usage.ru_stime
+    return RunCounters(
+        status="ok" if error is None else "failed",
+        error=error,
+        exit_code=exit_code,
+        wall_s=wall,
+        user_s=usage.ru_utime,
+        sys_s=usage.ru_stime,
+        cpu_pct=100.0 * cpu / wall if wall > 0 else 0.0,
+        maxrss_kb=usage.ru_maxrss,
+        minflt=usage.ru_minflt,
+        majflt=usage.ru_majflt,
+        inblock=usage.ru_inblock,
+        oublock=usage.ru_oublock,
+        nvcsw=usage.ru_nvcsw,
+        nivcsw=usage.ru_nivcsw,
+        read_bytes=top.get("read_bytes", 0),
+        write_bytes=top.get("write_bytes", 0),
+        read_ios=top.get("read_ios", 0),
+        write_ios=top.get("write_ios", 0),
+        helper_cpu_s=max(helper_cpu, 0.0),
+        devices=per_device,
+    )
+
+
+def _describe_exit(code: int, stderr_path: Path | None) -> str:
+    what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    if stderr_path and stderr_path.exists():
+        tail = stderr_path.read_bytes()[-2000:].decode(errors="replace").strip().splitlines()
+        if tail:
+            return f"{what}: {tail[-1]}"
+    return what
+
+
+def failed(error: str) -> RunCounters:
+    zero = dict.fromkeys(
+        ("wall_s", "user_s", "sys_s", "cpu_pct", "helper_cpu_s"), 0.0
+    )
+    counts = dict.fromkeys(
+        ("maxrss_kb", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw",
+         "read_bytes", "write_bytes", "read_ios", "write_ios"), 0
+    )
+    return RunCounters(status="failed", error=error, exit_code=None, **zero, **counts)

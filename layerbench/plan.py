@@ -1,0 +1,182 @@
+"""The plan: a TOML file naming stacks, workloads, repetitions and the baseline.
+
+Validated with pydantic; every error becomes one line naming the file, the key and what
+would be valid."""
+
+import copy
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from layerbench.errors import UserError
+from layerbench.stacks.base import LayerOptions
+from layerbench.stacks.base import load_kinds as load_layer_kinds
+from layerbench.workloads.base import WorkloadOptions
+from layerbench.workloads.base import load_kinds as load_workload_kinds
+
+DEFAULT_PLAN = "builtin:default"
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class StackSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    layers: list[dict[str, Any]] = Field(default_factory=list, max_length=16)
+    description: str = ""
+
+
+class _PlanFile(BaseModel):
+    """The plan's shape as written; layers and workloads are checked by their kind."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+    description: str = ""
+    reps: int = Field(default=5, ge=1, le=1000)
+    warmup: int = Field(default=1, ge=0, le=100)
+    baseline: Name | None = None
+    order: Literal["interleaved", "sequential"] = "interleaved"
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
+    workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
+    quick: dict[str, Any] = Field(default_factory=dict)
+
+
+class Plan(BaseModel):
+    """A checked plan, ready to run."""
+
+    name: str
+    description: str
+    reps: int
+    warmup: int
+    baseline: str
+    order: Literal["interleaved", "sequential"]
+    seed: int | None
+    stacks: dict[str, list[LayerOptions]]
+    workloads: dict[str, WorkloadOptions]
+    source: str  # the file, or builtin:NAME
+    text: str  # the TOML as given
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "reps": self.reps, "warmup": self.warmup,
+            "baseline": self.baseline, "order": self.order, "seed": self.seed,
+            "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
+            "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
+        }
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def _explain(exc: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...]) -> str:
+    error = exc.errors()[0]
+    loc = prefix + tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        valid = ", ".join(k for k in model.model_fields if k != "kind") or "none"
+        return f"{_where(loc)}: unknown key; valid keys here: {valid}"
+    if error["type"] == "missing":
+        return f"{_where(loc)}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "string_pattern_mismatch" and loc and loc[-1] in ("name",):
+        message = "must be one line without control characters"
+    elif error["type"] == "string_pattern_mismatch":
+        message = "a name must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+    return f"{_where(loc)}: {message}"
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _check_kind(
+    raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what: str
+) -> Any:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{_where(where)}: a {what} is a table like {{ kind = \"...\" }}")
+    kind = raw.get("kind")
+    if kind not in registry:
+        valid = ", ".join(sorted(registry))
+        shown = f"{kind!r}" if kind is not None else "missing"
+        raise ValueError(f"{_where((*where, 'kind'))}: {what} kind {shown}; valid kinds: {valid}")
+    options_model = registry[kind].Options
+    try:
+        return options_model.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(_explain(exc, options_model, where)) from None
+
+
+def parse_plan(
+    text: str, source: str, *, quick: bool = False, reps: int | None = None
+) -> Plan:
+    """Check a plan; raise UserError with one line naming source and key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        shape = _PlanFile.model_validate(raw)
+        if quick and shape.quick:
+            merged = _deep_merge({k: v for k, v in raw.items() if k != "quick"}, shape.quick)
+            shape = _PlanFile.model_validate(merged)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {_explain(exc, _PlanFile, ())}") from None
+    layer_kinds = load_layer_kinds()
+    workload_kinds = load_workload_kinds()
+    try:
+        stacks = {
+            name: [
+                _check_kind(layer, layer_kinds, ("stacks", name, "layers", i), "layer")
+                for i, layer in enumerate(spec.layers)
+            ]
+            for name, spec in shape.stacks.items()
+        }
+        workloads = {
+            name: _check_kind(body, workload_kinds, ("workloads", name), "workload")
+            for name, body in shape.workloads.items()
+        }
+    except ValueError as exc:
+        raise UserError(f"{source}: {exc}") from None
+    baseline = shape.baseline or next(iter(shape.stacks))
+    if baseline not in stacks:
+        valid = ", ".join(stacks)
+        raise UserError(f"{source}: baseline: {baseline!r} names no stack; stacks: {valid}")
+    run_reps = reps if reps is not None else shape.reps
+    if quick and not shape.quick:
+        run_reps = min(run_reps, 5)
+    return Plan(
+        name=shape.name, description=shape.description, reps=run_reps, warmup=shape.warmup,
+        baseline=baseline, order=shape.order, seed=shape.seed, stacks=stacks,
+        workloads=workloads, source=source, text=text,
+    )
+
+
+def load_plan(path: str | None, *, quick: bool = False, reps: int | None = None) -> Plan:
+    """Read a plan file, or the built-in default plan when path is None."""
+    if path is None or path == DEFAULT_PLAN:
+        text = resources.files("layerbench.plans").joinpath("default.toml").read_text()
+        return parse_plan(text, DEFAULT_PLAN, quick=quick, reps=reps)
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such plan file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (a plan is TOML, UTF-8)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_plan(text, str(path), quick=quick, reps=reps)

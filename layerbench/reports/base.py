@@ -1,0 +1,194 @@
+"""What every report shows, gathered once from the store; and the format registry."""
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layerbench import stats
+from layerbench.sizes import format_size
+from layerbench.store import Store
+
+# The headline metrics shown per stack; the JSON and CSV carry every metric.
+HEADLINE = ("wall_s", "throughput", "cpu_pct", "majflt", "minflt", "oublock", "helper_cpu_s")
+
+
+@dataclass
+class ReportData:
+    experiment: dict[str, Any]
+    runs: list[dict[str, Any]]
+    summaries: list[stats.Summary]
+    warnings: list[str]
+    stacks: list[str]
+    workloads: list[str]
+
+    @property
+    def baseline(self) -> str:
+        return str(self.experiment["baseline"])
+
+    def summary(self, stack: str, workload: str, metric: str) -> stats.Summary | None:
+        for row in self.summaries:
+            if (row.stack, row.workload, row.metric) == (stack, workload, metric):
+                return row
+        return None
+
+    def median(self, stack: str, workload: str, metric: str) -> float | None:
+        row = self.summary(stack, workload, metric)
+        return row.median if row else None
+
+    def failed_runs(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if r["status"] == "failed"]
+
+    def unit(self, workload: str) -> str | None:
+        return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]),
+                    None)
+
+    def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
+        """Per-counter medians over the measured runs (for the csh `time` line)."""
+        group = stats.measured(self.runs).get((stack, workload), [])
+        keys = ("user_s", "sys_s", "wall_s", "cpu_pct", "maxrss_kb", "inblock", "oublock",
+                "majflt", "minflt", "nvcsw", "nivcsw", "helper_cpu_s")
+        return {k: float(np.median([r[k] for r in group])) for k in keys} if group else {}
+
+
+def gather(store: Store, experiment_id: int) -> ReportData:
+    experiment = store.experiment(experiment_id)
+    runs = store.runs(experiment_id)
+    plan = experiment["plan"]
+    stacks = list(plan["stacks"])
+    workloads = list(plan["workloads"])
+    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads)
+    warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
+    return ReportData(experiment, runs, rows, warnings, stacks, workloads)
+
+
+# ---- shared formatting -----------------------------------------------------------------
+
+def csh_elapsed(seconds: float) -> str:
+    """Elapsed time as csh prints it: 6:04.13, or 1:02:03 past an hour."""
+    if seconds >= 3600:
+        hours, rest = divmod(round(seconds), 3600)
+        return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+    minutes, secs = divmod(seconds, 60)
+    return f"{int(minutes)}:{secs:05.2f}"
+
+
+def csh_time_line(counters: dict[str, float]) -> str:
+    """The csh `time` line: 176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w.
+
+    Linux's rusage has no shared/unshared memory sizes, so the k field is 0+max RSS."""
+    return (
+        f"{counters['user_s']:.3f}u {counters['sys_s']:.3f}s {csh_elapsed(counters['wall_s'])} "
+        f"{counters['cpu_pct']:.1f}% 0+{round(counters['maxrss_kb'])}k "
+        f"{round(counters['inblock'])}+{round(counters['oublock'])}io "
+        f"{round(counters['majflt'])}pf+0w"
+    )
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}s"
+    if value >= 1:
+        return f"{value:.2f}s"
+    return f"{value * 1000:.0f}ms"
+
+
+def fmt_ratio(row: stats.Summary | None) -> str:
+    if row is None or row.ratio is None:
+        return "-"
+    if row.verdict == "baseline":
+        return "1 (baseline)"
+    if row.ratio_ci_low is None or row.ratio_ci_high is None:
+        return f"x{row.ratio:.2f}"
+    return f"x{row.ratio:.2f} [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}]"
+
+
+def fmt_median_ci(row: stats.Summary | None) -> str:
+    if row is None or row.median is None:
+        return "-"
+    return f"{fmt_seconds(row.median)} [{fmt_seconds(row.ci_low)}-{fmt_seconds(row.ci_high)}]"
+
+
+def fmt_throughput(value: float | None, unit: str | None) -> str:
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return f"{format_size(value)}/s"
+    if unit:
+        return f"{value:,.0f} {unit}/s"
+    return f"{value:,.1f}/s"
+
+
+def fmt_count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]]:
+    """The per-workload table every human-facing format shows."""
+    header = ["stack", "median wall [95% CI]", "ratio [95% CI]", "verdict", "CPU %",
+              "major/minor faults", "block in+out", "throughput", "helper CPU", "n"]
+    rows = []
+    unit = data.unit(workload)
+    for stack in data.stacks:
+        wall = data.summary(stack, workload, "wall_s")
+        if wall is None or wall.n == 0:
+            rows.append([stack, "-", "-", "no successful runs", "-", "-", "-", "-", "-", "0"])
+            continue
+        medians = data.medians_of_runs(stack, workload)
+        rows.append([
+            stack,
+            fmt_median_ci(wall),
+            fmt_ratio(wall),
+            wall.verdict,
+            f"{medians['cpu_pct']:.1f}",
+            f"{fmt_count(medians['majflt'])}/{fmt_count(medians['minflt'])}",
+            f"{fmt_count(medians['inblock'])}+{fmt_count(medians['oublock'])}",
+            fmt_throughput(data.median(stack, workload, "throughput"), unit),
+            fmt_seconds(medians["helper_cpu_s"]) if medians["helper_cpu_s"] else "-",
+            str(wall.n),
+        ])
+    return header, rows
+
+
+def host_lines(host: dict[str, Any]) -> list[str]:
+    disks = ", ".join(
+        f"{d['name']} ({d['model']}, {d['scheduler']}, {format_size(d['size_bytes'])})"
+        for d in host.get("disks", [])
+    ) or "none found"
+    fs = host.get("scratch_fs", {})
+    return [
+        f"CPU: {host.get('cpu_model')} ({host.get('cpus')} CPUs), "
+        f"memory {format_size(host.get('memory_bytes', 0))}",
+        f"OS: {host.get('distribution')}, {host.get('kernel')} ({host.get('virtualization')})",
+        f"Disk: {disks}",
+        f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} "
+        f"({fs.get('options')})",
+    ]
+
+
+FORMATS: dict[str, Callable[[ReportData], str]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[ReportData], str]], Callable[[ReportData], str]]:
+    def add(function: Callable[[ReportData], str]) -> Callable[[ReportData], str]:
+        FORMATS[name] = function
+        return function
+
+    return add
+
+
+def load_formats() -> dict[str, Callable[[ReportData], str]]:
+    package = importlib.import_module("layerbench.reports")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "base":
+            importlib.import_module(f"layerbench.reports.{info.name}")
+    return FORMATS
+
+
+def render(data: ReportData, format_name: str) -> str:
+    return load_formats()[format_name](data)

@@ -1,0 +1,41 @@
+"""markdown: the same tables as GitHub-flavoured Markdown, for an issue or a wiki."""
+
+from layerbench.reports.base import ReportData, host_lines, register, stack_table
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+@register("markdown")
+def render(data: ReportData) -> str:
+    experiment = data.experiment
+    lines = [
+        f"## layerbench experiment {experiment['id']}: {experiment['name']}",
+        "",
+        f"Status {experiment['status']}, started {experiment['started']}, seed "
+        f"{experiment['seed']}, baseline `{data.baseline}`.",
+        "",
+        *(f"- {line}" for line in host_lines(experiment["host"])),
+        "",
+        "### Stacks",
+        "",
+    ]
+    for stack in data.stacks:
+        info = experiment["stacks"].get(stack, {})
+        lines.append(f"- `{stack}`: {' → '.join(info.get('layers', []))}")
+        lines += [f"  - `{m}`" for m in info.get("mount_lines", [])]
+    for workload in data.workloads:
+        header, rows = stack_table(data, workload)
+        lines += ["", f"### Workload `{workload}`", "", _row(header),
+                  _row(["---"] * len(header))]
+        lines += [_row(r) for r in rows]
+    failed = data.failed_runs()
+    if failed:
+        lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]),
+                  _row(["---"] * 4)]
+        lines += [_row([r["stack"], r["workload"], str(r["rep"]), r["error"] or ""])
+                  for r in failed]
+    if data.warnings:
+        lines += ["", "### Warnings", ""] + [f"- {w}" for w in data.warnings]
+    return "\n".join(lines) + "\n"

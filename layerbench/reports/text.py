@@ -1,0 +1,50 @@
+"""text: rich tables per workload, for the terminal (the default)."""
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from layerbench.reports.base import ReportData, host_lines, register, stack_table
+
+_VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim"}
+
+
+def build(data: ReportData) -> list[object]:
+    """The renderables, so the CLI can print them in colour."""
+    experiment = data.experiment
+    parts: list[object] = [
+        f"[bold]Experiment {experiment['id']}[/bold] {experiment['name']} "
+        f"({experiment['status']}; started {experiment['started']}; seed {experiment['seed']}; "
+        f"baseline {data.baseline})",
+        *host_lines(experiment["host"]),
+    ]
+    for workload in data.workloads:
+        header, rows = stack_table(data, workload)
+        table = Table(title=f"workload {workload}", title_justify="left")
+        for column in header:
+            table.add_column(column, justify="left" if column in ("stack", "verdict") else "right")
+        for row in rows:
+            style = _VERDICT_STYLE.get(row[3], "")
+            table.add_row(*row, style=style)
+        parts.append(table)
+    failed = data.failed_runs()
+    if failed:
+        table = Table(title="failed runs", title_justify="left")
+        for column in ("stack", "workload", "rep", "error"):
+            table.add_column(column)
+        for run in failed:
+            rep = f"{run['rep']}{' (warm-up)' if run['warmup'] else ''}"
+            table.add_row(run["stack"], run["workload"], rep, run["error"] or "")
+        parts.append(table)
+    parts += [f"[yellow]warning:[/yellow] {w}" for w in data.warnings]
+    return parts
+
+
+@register("text")
+def render(data: ReportData) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, color_system=None, highlight=False)
+    for part in build(data):
+        console.print(part)
+    return buffer.getvalue()

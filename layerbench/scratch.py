@@ -1,0 +1,294 @@
+"""The scratch root: the only place layerbench creates, mounts and deletes things.
+
+It holds a marker (so we never mistake someone else's directory for ours), a lock
+(one run at a time), and a journal: every resource is written down *before* it is
+created and marked done after it is removed, so a run killed with SIGKILL can be
+cleaned up by the next start.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from layerbench import mounts
+from layerbench.errors import SetupError, UserError
+
+MARKER = ".layerbench-scratch"
+DEFAULT_ROOT = Path("/var/tmp/layerbench")
+_FORBIDDEN = ("/proc", "/sys", "/dev", "/run", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib")
+
+
+def check_root(root: Path) -> Path:
+    """Refuse a scratch root that could hold something that is not ours."""
+    resolved = Path(os.path.realpath(root))
+    text = str(resolved)
+    if text == "/":
+        raise UserError(f"scratch root {root}: refusing '/'; choose a directory such as {DEFAULT_ROOT}")
+    for forbidden in _FORBIDDEN:
+        if text == forbidden or text.startswith(forbidden + "/"):
+            raise UserError(f"scratch root {root}: refusing a path under {forbidden}")
+    if resolved.exists() and not resolved.is_dir():
+        raise UserError(f"scratch root {root}: exists and is not a directory")
+    if resolved.exists() and mounts.is_mount_point(resolved):
+        raise UserError(
+            f"scratch root {root}: is a mount point layerbench did not create; "
+            "choose a fresh directory under it"
+        )
+    if resolved.exists() and any(resolved.iterdir()) and not (resolved / MARKER).exists():
+        raise UserError(
+            f"scratch root {root}: exists, is not empty and was not made by layerbench; "
+            "choose an empty or new directory"
+        )
+    return resolved
+
+
+# ---- the journal -----------------------------------------------------------------------
+
+@dataclass
+class Resource:
+    ident: int
+    kind: str  # "mount", "process", "path"
+    target: str
+    info: dict[str, object]
+
+
+def _process_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class Journal:
+    """Append-only JSON lines: {"add": {...}} before creating, {"done": id} after removing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._next = 1 + max((r.ident for r in self.pending()), default=0)
+
+    def _append(self, record: dict[str, object]) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def add(self, kind: str, target: str | os.PathLike[str], **info: object) -> int:
+        ident = self._next
+        self._next += 1
+        self._append({"add": {"id": ident, "kind": kind, "target": str(target), **info}})
+        return ident
+
+    def update(self, ident: int, **info: object) -> None:
+        """Add facts learned after creation (a daemon's pid)."""
+        self._append({"update": {"id": ident, **info}})
+
+    def done(self, ident: int) -> None:
+        self._append({"done": ident})
+
+    def pending(self) -> list[Resource]:
+        """Resources added and not yet marked done, oldest first."""
+        if not self.path.exists():
+            return []
+        open_entries: dict[int, Resource] = {}
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by SIGKILL mid-write: the resource was not created yet
+            if "add" in record:
+                fields = dict(record["add"])
+                ident = int(fields.pop("id"))
+                kind = str(fields.pop("kind"))
+                target = str(fields.pop("target"))
+                open_entries[ident] = Resource(ident, kind, target, fields)
+            elif "update" in record:
+                fields = dict(record["update"])
+                resource = open_entries.get(int(fields.pop("id")))
+                if resource:
+                    resource.info.update(fields)
+            elif "done" in record:
+                open_entries.pop(int(record["done"]), None)
+        return sorted(open_entries.values(), key=lambda r: r.ident)
+
+    def reset_if_clean(self) -> None:
+        if not self.pending() and self.path.exists():
+            self.path.unlink()
+
+
+# ---- removing resources ---------------------------------------------------------------------
+
+def unmount_path(target: str, *, hurry: bool = False) -> bool:
+    """Unmount target if mounted; returns True if something was unmounted."""
+    if not mounts.is_mount_point(target):
+        return False
+    if hurry:
+        mounts.unmount(target, lazy=True)
+        return True
+    for attempt in range(10):
+        try:
+            mounts.unmount(target)
+            return True
+        except SetupError:
+            # Busy right after a child exits (a daemon still closing files): wait, then lazy.
+            time.sleep(0.05 * (attempt + 1))
+    mounts.unmount(target, lazy=True)
+    return True
+
+
+def stop_process(pid: int, start_time: str | None, *, hurry: bool = False) -> bool:
+    """Stop pid if it is still the process we started (its start time matches)."""
+    if start_time is not None and _process_start_time(pid) != start_time:
+        return False
+    if _process_start_time(pid) is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL if hurry else signal.SIGTERM)
+    deadline = time.monotonic() + (0.5 if hurry else 5.0)
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if _process_start_time(pid) is None:
+            return True
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    return True
+
+
+def remove_path(target: str, root: Path) -> bool:
+    path = Path(target)
+    if not str(path).startswith(str(root) + "/"):
+        raise UserError(f"journal names {target}, which is outside the scratch root {root}")
+    if not path.exists() and not path.is_symlink():
+        return False
+    if mounts.mounts_under(path):
+        raise SetupError(f"{path} still has mounts under it; not deleting")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    return True
+
+
+# ---- the scratch root itself ---------------------------------------------------------------
+
+class Scratch:
+    """An opened scratch root: holds the lock while a run or clean uses it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = check_root(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / MARKER).touch()
+        self.journal = Journal(self.root / "journal.jsonl")
+        self.hurry = False  # set by a second Ctrl-C: lazy unmounts, SIGKILL
+        self._lock_handle: object | None = None
+        self._dir_idents: dict[str, int] = {}
+
+    # -- lock
+    def lock(self, what: str) -> None:
+        handle = open(self.root / "lock", "a+")  # noqa: SIM115 - held for the run's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise UserError(
+                f"scratch root {self.root} is in use by {holder}; wait for it or use another "
+                "--scratch"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} ({what})\n")
+        handle.flush()
+        self._lock_handle = handle
+
+    def unlock(self) -> None:
+        if self._lock_handle is not None:
+            self._lock_handle.close()  # type: ignore[attr-defined]
+            self._lock_handle = None
+
+    # -- resources
+    def new_dir(self, *parts: str) -> Path:
+        """A fresh directory in the scratch root, journaled so clean can delete it."""
+        path = self.root.joinpath(*parts)
+        if path.exists():
+            raise SetupError(f"{path} already exists")
+        ident = self.journal.add("path", path)
+        path.mkdir(parents=True)
+        self._dir_idents[str(path)] = ident
+        return path
+
+    @contextlib.contextmanager
+    def directory(self, *parts: str) -> Iterator[Path]:
+        path = self.new_dir(*parts)
+        try:
+            yield path
+        finally:
+            remove_path(str(path), self.root)
+            self.journal.done(self._dir_idents.pop(str(path)))
+
+    @contextlib.contextmanager
+    def mounted(
+        self, source: str, target: Path, *, fstype: str | None = None,
+        options: list[str] | None = None, bind: bool = False, readonly_bind: bool = False,
+    ) -> Iterator[Path]:
+        """Mount inside the scratch root; unmount on the way out, whatever happens."""
+        if not str(target).startswith(str(self.root) + "/"):
+            raise UserError(f"refusing to mount over {target}: it is outside the scratch root")
+        ident = self.journal.add("mount", target)
+        try:
+            mounts.mount(source, target, fstype=fstype, options=options, bind=bind)
+            if readonly_bind:
+                mounts.remount_readonly_bind(target)
+            yield target
+        finally:
+            unmount_path(str(target), hurry=self.hurry)
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def process(self, start: Callable[[], int], label: str) -> Iterator[int]:
+        """A helper daemon: start() returns its pid; it is stopped on the way out."""
+        ident = self.journal.add("process", label)
+        pid = start()
+        self.journal.update(ident, pid=pid, start_time=_process_start_time(pid))
+        try:
+            yield pid
+        finally:
+            stop_process(pid, None, hurry=self.hurry)
+            self.journal.done(ident)
+
+    # -- recovery
+    def clean(self) -> list[str]:
+        """Remove what an earlier, crashed run left: newest first. Returns what was removed."""
+        removed: list[str] = []
+        pending = self.journal.pending()
+        # Daemons first: a FUSE daemon keeps a dead run's mount namespace alive.
+        ordered = [r for r in reversed(pending) if r.kind == "process"] + [
+            r for r in reversed(pending) if r.kind != "process"
+        ]
+        for resource in ordered:
+            if resource.kind == "process":
+                pid = resource.info.get("pid")
+                if isinstance(pid, int) and stop_process(
+                    pid, resource.info.get("start_time"), hurry=True  # type: ignore[arg-type]
+                ):
+                    removed.append(f"stopped {resource.target} (pid {pid})")
+            elif resource.kind == "mount":
+                if unmount_path(resource.target):
+                    removed.append(f"unmounted {resource.target}")
+            elif resource.kind == "path" and remove_path(resource.target, self.root):
+                removed.append(f"deleted {resource.target}")
+            self.journal.done(resource.ident)
+        self.journal.reset_if_clean()
+        return removed

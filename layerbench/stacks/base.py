@@ -1,0 +1,169 @@
+"""The layer protocol, the registry of layer kinds, and building a whole stack.
+
+A layer takes the path the layer below exposes and, as a context manager, exposes one
+path itself. A stack is an ExitStack over its layers, bottom to top, starting from a
+fresh directory on the scratch root's own file system.
+"""
+
+import contextlib
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from layerbench import mounts, system
+from layerbench.scratch import Scratch
+
+
+class LayerOptions(BaseModel):
+    """Options every layer kind accepts."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    readonly: bool = False
+
+
+@dataclass
+class Exposed:
+    """What a built layer offers the layer above it."""
+
+    path: Path
+    mount_lines: list[str] = field(default_factory=list)
+    helper_pids: list[int] = field(default_factory=list)
+    fs_size: int | None = None  # bytes, when this layer made a file system
+
+
+@dataclass
+class BuildContext:
+    scratch: Scratch
+    workdir: Path  # this trial's own directory in the scratch root
+
+    def subdir(self, name: str) -> Path:
+        path = self.workdir / name
+        path.mkdir()
+        return path
+
+
+class Layer(ABC):
+    """One kind of layer. Subclasses set the class attributes and implement expose()."""
+
+    kind: ClassVar[str]
+    Options: ClassVar[type[LayerOptions]] = LayerOptions
+    summary: ClassVar[str] = ""
+    tools: ClassVar[tuple[str, ...]] = ()  # external commands it runs
+    filesystems: ClassVar[tuple[str, ...]] = ()  # kernel file systems it needs
+
+    def fs_size(self) -> int | None:
+        """Size of the file system this layer makes, if it makes one (known before building)."""
+        return None
+
+    def __init__(self, options: LayerOptions, index: int) -> None:
+        self.options = options
+        self.index = index  # position in the stack, bottom = 0
+
+    @classmethod
+    def missing(cls, options: LayerOptions | None = None) -> list[str]:
+        """What this host lacks for this layer, as install hints; empty if it can run."""
+        wanted = list(cls.tools) + list(cls.extra_tools(options))
+        lacks = [
+            f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
+            for tool in wanted
+            if system.tool_path(tool) is None
+        ]
+        known = _kernel_filesystems()
+        lacks += [f"kernel file system {fs}" for fs in cls.filesystems if fs not in known]
+        return lacks
+
+    @classmethod
+    def extra_tools(cls, options: LayerOptions | None) -> tuple[str, ...]:
+        return ()
+
+    @abstractmethod
+    def expose(self, ctx: BuildContext, below: Exposed) -> contextlib.AbstractContextManager[Exposed]:
+        """Build on top of below; yield what this layer exposes; tear down on exit."""
+
+    def describe(self) -> str:
+        settings = self.options.model_dump(exclude={"kind"}, exclude_defaults=True)
+        inner = ", ".join(f"{k}={v}" for k, v in settings.items())
+        return f"{self.kind}({inner})" if inner else self.kind
+
+
+LAYER_KINDS: dict[str, type[Layer]] = {}
+
+
+def register(cls: type[Layer]) -> type[Layer]:
+    LAYER_KINDS[cls.kind] = cls
+    return cls
+
+
+def load_kinds() -> dict[str, type[Layer]]:
+    """Import every module of this package so each kind registers itself."""
+    package = importlib.import_module("layerbench.stacks")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "base":
+            importlib.import_module(f"layerbench.stacks.{info.name}")
+    return LAYER_KINDS
+
+
+def _kernel_filesystems() -> set[str]:
+    try:
+        text = Path("/proc/filesystems").read_text()
+    except OSError:
+        return set()
+    found = {line.split()[-1] for line in text.splitlines() if line.strip()}
+    # Modules not yet loaded are absent from /proc/filesystems but mount fine.
+    modules = Path("/lib/modules") / _kernel_release() / "kernel" / "fs"
+    if modules.is_dir():
+        found |= {p.name for p in modules.iterdir()}
+    return found
+
+
+def _kernel_release() -> str:
+    import os
+
+    return os.uname().release
+
+
+@dataclass
+class BuiltStack:
+    top: Path
+    layers: list[Exposed]
+
+    @property
+    def mount_lines(self) -> list[str]:
+        return [line for exposed in self.layers for line in exposed.mount_lines]
+
+    @property
+    def helper_pids(self) -> list[int]:
+        return [pid for exposed in self.layers for pid in exposed.helper_pids]
+
+    @property
+    def fs_size(self) -> int | None:
+        for exposed in reversed(self.layers):
+            if exposed.fs_size is not None:
+                return exposed.fs_size
+        return None
+
+    def devices(self) -> list[str]:
+        """Block devices under every layer, top first."""
+        found: list[str] = []
+        for exposed in reversed(self.layers):
+            found += mounts.devices_under(exposed.path)
+        return list(dict.fromkeys(found))
+
+
+@contextlib.contextmanager
+def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
+    """Build layers bottom to top on a fresh base directory; tear down top to bottom."""
+    with contextlib.ExitStack() as stack:
+        exposed = Exposed(path=ctx.subdir("base"))
+        built = [exposed]
+        for layer in layers:
+            exposed = stack.enter_context(layer.expose(ctx, exposed))
+            built.append(exposed)
+        yield BuiltStack(top=exposed.path, layers=built)

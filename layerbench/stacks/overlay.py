@@ -1,0 +1,57 @@
+"""overlay: overlayfs with the layer below as its lower directory."""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Literal
+
+from layerbench.mounts import mount_of
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+
+
+class OverlayOptions(LayerOptions):
+    upper: Literal["disk", "tmpfs"] = "disk"
+    upper_size: str = "2G"  # only for upper = "tmpfs"
+    mount_options: list[str] = []  # e.g. ["metacopy=on", "redirect_dir=on"]
+
+
+@register
+class OverlayLayer(Layer):
+    kind = "overlay"
+    Options = OverlayOptions
+    summary = "overlayfs: the layer below as lower dir, upper on disk or tmpfs"
+    tools = ("mount",)
+    filesystems = ("overlay",)
+
+    @contextlib.contextmanager
+    def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
+        options: OverlayOptions = self.options  # type: ignore[assignment]
+        merged = ctx.subdir(f"L{self.index}-overlay")
+        with contextlib.ExitStack() as stack:
+            lines: list[str] = []
+            if options.readonly:
+                # A read-only overlay has no upper: two lowers are needed, so add an empty one.
+                empty = ctx.subdir(f"L{self.index}-overlay-empty")
+                mount_options = [f"lowerdir={below.path}:{empty}"]
+            else:
+                upper_fs = ctx.subdir(f"L{self.index}-overlay-upperfs")
+                if options.upper == "tmpfs":
+                    stack.enter_context(
+                        ctx.scratch.mounted(
+                            "layerbench", upper_fs, fstype="tmpfs",
+                            options=[f"size={options.upper_size}"],
+                        )
+                    )
+                    lines.append(mount_of(upper_fs).line())
+                (upper_fs / "upper").mkdir()
+                (upper_fs / "work").mkdir()
+                mount_options = [
+                    f"lowerdir={below.path}",
+                    f"upperdir={upper_fs / 'upper'}",
+                    f"workdir={upper_fs / 'work'}",
+                ]
+            mount_options += options.mount_options
+            stack.enter_context(
+                ctx.scratch.mounted("overlay", merged, fstype="overlay", options=mount_options)
+            )
+            lines.append(mount_of(merged).line())
+            yield Exposed(path=merged, mount_lines=lines, fs_size=below.fs_size)

@@ -1,0 +1,44 @@
+"""tmpfs: a memory file system (the seed's memory fs)."""
+
+import contextlib
+from collections.abc import Iterator
+
+from pydantic import field_validator
+
+from layerbench.mounts import mount_of
+from layerbench.sizes import parse_size
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+
+
+class TmpfsOptions(LayerOptions):
+    size: str = "2G"
+    mount_options: list[str] = []
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+
+@register
+class TmpfsLayer(Layer):
+    kind = "tmpfs"
+    Options = TmpfsOptions
+    summary = "a memory file system of a given size (the seed's memory fs)"
+    tools = ("mount",)
+    filesystems = ("tmpfs",)
+
+    def fs_size(self) -> int | None:
+        return parse_size(self.options.size)  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
+        options: TmpfsOptions = self.options  # type: ignore[assignment]
+        target = ctx.subdir(f"L{self.index}-tmpfs")
+        size = parse_size(options.size)
+        mount_options = [f"size={size}", *options.mount_options]
+        if options.readonly:
+            mount_options.append("ro")
+        with ctx.scratch.mounted("layerbench", target, fstype="tmpfs", options=mount_options):
+            yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)

@@ -1,0 +1,187 @@
+"""The results store: one SQLite file. Nothing else in layerbench speaks SQL.
+
+Each run is committed as soon as it finishes, so an interrupted experiment keeps every
+finished run. WAL mode keeps the file consistent if the process is killed mid-write.
+"""
+
+import json
+import os
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from layerbench.errors import UserError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS experiments (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'done', 'interrupted', 'failed')),
+    plan_source TEXT NOT NULL,
+    plan_text TEXT NOT NULL,
+    plan_json TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    baseline TEXT NOT NULL,
+    started TEXT NOT NULL,
+    finished TEXT,
+    host_json TEXT NOT NULL,
+    stacks_json TEXT NOT NULL DEFAULT '{}',
+    warnings_json TEXT NOT NULL DEFAULT '[]',
+    version TEXT NOT NULL,
+    pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    trial INTEGER NOT NULL,
+    stack TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    rep INTEGER NOT NULL,
+    warmup INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+    error TEXT,
+    exit_code INTEGER,
+    started TEXT NOT NULL,
+    wall_s REAL, user_s REAL, sys_s REAL, cpu_pct REAL,
+    maxrss_kb INTEGER, minflt INTEGER, majflt INTEGER, inblock INTEGER, oublock INTEGER,
+    nvcsw INTEGER, nivcsw INTEGER,
+    read_bytes INTEGER, write_bytes INTEGER, read_ios INTEGER, write_ios INTEGER,
+    helper_cpu_s REAL,
+    units REAL, unit TEXT, throughput REAL,
+    devices_json TEXT NOT NULL DEFAULT '{}',
+    facts_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment_id, stack, workload);
+"""
+
+RUN_COLUMNS = (
+    "trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started",
+    "wall_s", "user_s", "sys_s", "cpu_pct", "maxrss_kb", "minflt", "majflt", "inblock",
+    "oublock", "nvcsw", "nivcsw", "read_bytes", "write_bytes", "read_ios", "write_ios",
+    "helper_cpu_s", "units", "unit", "throughput",
+)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+            self.db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"results database {path}: {exc}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing
+    def create_experiment(
+        self, *, name: str, plan_source: str, plan_text: str, plan: dict[str, Any], seed: int,
+        baseline: str, host: dict[str, Any], version: str, warnings: list[str],
+    ) -> int:
+        cursor = self.db.execute(
+            "INSERT INTO experiments (name, status, plan_source, plan_text, plan_json, seed,"
+            " baseline, started, host_json, warnings_json, version, pid)"
+            " VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (name, plan_source, plan_text, json.dumps(plan), seed, baseline, now(),
+             json.dumps(host), json.dumps(warnings), version, os.getpid()),
+        )
+        return int(cursor.lastrowid)  # type: ignore[arg-type]
+
+    def set_stack_info(self, experiment_id: int, stack: str, info: dict[str, Any]) -> None:
+        with self.db:
+            row = self.db.execute(
+                "SELECT stacks_json FROM experiments WHERE id = ?", (experiment_id,)
+            ).fetchone()
+            stacks = json.loads(row["stacks_json"])
+            stacks[stack] = info
+            self.db.execute(
+                "UPDATE experiments SET stacks_json = ? WHERE id = ?",
+                (json.dumps(stacks), experiment_id),
+            )
+
+    def add_warning(self, experiment_id: int, warning: str) -> None:
+        row = self.db.execute(
+            "SELECT warnings_json FROM experiments WHERE id = ?", (experiment_id,)
+        ).fetchone()
+        warnings = json.loads(row["warnings_json"])
+        if warning not in warnings:
+            warnings.append(warning)
+            self.db.execute(
+                "UPDATE experiments SET warnings_json = ? WHERE id = ?",
+                (json.dumps(warnings), experiment_id),
+            )
+
+    def add_run(
+        self, experiment_id: int, run: dict[str, Any], devices: dict[str, Any],
+        facts: dict[str, Any],
+    ) -> None:
+        columns = ["experiment_id", *RUN_COLUMNS, "devices_json", "facts_json"]
+        values = [experiment_id, *(run.get(c) for c in RUN_COLUMNS), json.dumps(devices),
+                  json.dumps(facts)]
+        marks = ", ".join("?" for _ in columns)
+        self.db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({marks})", values)
+
+    def finish_experiment(self, experiment_id: int, status: str) -> None:
+        self.db.execute(
+            "UPDATE experiments SET status = ?, finished = ? WHERE id = ?",
+            (status, now(), experiment_id),
+        )
+
+    def mark_running_interrupted(self) -> list[int]:
+        """Experiments whose process is gone (killed) become 'interrupted'."""
+        ids = [
+            r["id"]
+            for r in self.db.execute("SELECT id, pid FROM experiments WHERE status = 'running'")
+            if r["pid"] is None or not Path(f"/proc/{r['pid']}").exists()
+        ]
+        for ident in ids:
+            self.finish_experiment(ident, "interrupted")
+        return ids
+
+    # -- reading
+    def latest_experiment_id(self) -> int | None:
+        row = self.db.execute("SELECT max(id) AS id FROM experiments").fetchone()
+        return row["id"]
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        row = self.db.execute(
+            "SELECT * FROM experiments WHERE id = ?", (experiment_id,)
+        ).fetchone()
+        if row is None:
+            raise UserError(f"{self.path}: no experiment {experiment_id}")
+        record = dict(row)
+        for key in ("plan_json", "host_json", "stacks_json", "warnings_json"):
+            record[key.removesuffix("_json")] = json.loads(record.pop(key))
+        return record
+
+    def runs(self, experiment_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE experiment_id = ? ORDER BY trial", (experiment_id,)
+        )
+        result = []
+        for row in rows:
+            record = dict(row)
+            record["devices"] = json.loads(record.pop("devices_json"))
+            record["facts"] = json.loads(record.pop("facts_json"))
+            record["warmup"] = bool(record["warmup"])
+            result.append(record)
+        return result
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute(
+            "SELECT id, name, status, started, finished, baseline FROM experiments ORDER BY id")]

@@ -1,0 +1,85 @@
+"""The workload protocol and the registry of workload kinds.
+
+A workload prepares its target untimed, then hands back the command of the timed run
+and how much work that run does (bytes written, files created) for the throughput.
+"""
+
+import contextlib
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerbench import system
+from layerbench.stacks.base import BuildContext, BuiltStack
+
+
+class WorkloadOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    timeout: float | None = Field(default=None, gt=0, description="seconds before a run is killed")
+
+
+@dataclass
+class Prepared:
+    """The timed run of a trial: argv run in cwd, and the work it does."""
+
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+    units: float | None = None  # amount of work, for throughput
+    unit: str | None = None  # "bytes" or "files"
+    facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
+
+
+class Workload(ABC):
+    kind: ClassVar[str]
+    Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+    summary: ClassVar[str] = ""
+    tools: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: WorkloadOptions, name: str) -> None:
+        self.options = options
+        self.name = name
+
+    @classmethod
+    def missing(cls, options: WorkloadOptions | None = None) -> list[str]:
+        return [
+            f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
+            for tool in cls.tools
+            if system.tool_path(tool) is None
+        ]
+
+    @abstractmethod
+    def prepare(
+        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
+    ) -> Prepared:
+        """Untimed: set up the target on the stack's top; return the timed command.
+
+        Anything that must outlive this call (a staging tmpfs) is entered on resources,
+        which the trial closes after the run."""
+
+    def describe(self) -> str:
+        settings = self.options.model_dump(exclude={"kind"}, exclude_defaults=True)
+        inner = ", ".join(f"{k}={v}" for k, v in settings.items())
+        return f"{self.kind}({inner})" if inner else self.kind
+
+
+WORKLOAD_KINDS: dict[str, type[Workload]] = {}
+
+
+def register(cls: type[Workload]) -> type[Workload]:
+    WORKLOAD_KINDS[cls.kind] = cls
+    return cls
+
+
+def load_kinds() -> dict[str, type[Workload]]:
+    package = importlib.import_module("layerbench.workloads")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "base" and not info.name.startswith("_"):
+            importlib.import_module(f"layerbench.workloads.{info.name}")
+    return WORKLOAD_KINDS

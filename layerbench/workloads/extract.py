@@ -1,0 +1,66 @@
+"""extract: unpack a source archive, staged on a tmpfs, onto the stack (the seed's
+"extract the source tarballs from a memory fs onto an empty fs")."""
+
+import contextlib
+import shutil
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import field_validator
+
+from layerbench.archives import Archive, builtin_archive, user_archive
+from layerbench.mounts import mount_of
+from layerbench.stacks.base import BuildContext, BuiltStack
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+_TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
+
+
+class ExtractOptions(WorkloadOptions):
+    archive: str = "builtin:source-tree"
+    sync: bool = True  # a final syncfs, inside the timed run, makes the files durable
+
+    @field_validator("archive")
+    @classmethod
+    def _archive(cls, value: str) -> str:
+        if not value.startswith("builtin:") and not Path(value).is_file():
+            raise ValueError(f"no such archive file {value!r}; give a path or builtin:source-tree")
+        return value
+
+
+@register
+class Extract(Workload):
+    kind = "extract"
+    Options = ExtractOptions
+    summary = "untar a source tree staged on a tmpfs onto the stack, then syncfs"
+    tools = ("tar", "sync")
+
+    @cached_property
+    def archive(self) -> Archive:
+        options: ExtractOptions = self.options  # type: ignore[assignment]
+        if options.archive.startswith("builtin:"):
+            return builtin_archive(options.archive.removeprefix("builtin:"))
+        return user_archive(Path(options.archive))
+
+    def prepare(
+        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
+    ) -> Prepared:
+        options: ExtractOptions = self.options  # type: ignore[assignment]
+        archive = self.archive
+        stage = ctx.subdir("stage")
+        size = archive.path.stat().st_size + 64 * 2**20
+        resources.enter_context(
+            ctx.scratch.mounted("layerbench-stage", stage, fstype="tmpfs", options=[f"size={size}"])
+        )
+        staged = stage / archive.path.name
+        shutil.copyfile(archive.path, staged)
+        target = stack.top / "extract"
+        target.mkdir()
+        tar = ["tar", "-x", *([_TAR_FLAG[archive.compression]] if archive.compression else []),
+               "-f", str(staged), "-C", str(target)]
+        if options.sync:
+            argv = ["sh", "-c", '"$@" && exec sync -f "$0"', str(target), *tar]
+        else:
+            argv = tar
+        return Prepared(argv=argv, cwd=stack.top, units=archive.bytes, unit="bytes",
+                        facts={"files": archive.files, "staged_on": mount_of(stage).line()})

@@ -1,0 +1,43 @@
+"""metadata: many small files created, stat'ed and deleted (a file-system metadata load)."""
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from layerbench.sizes import parse_size
+from layerbench.stacks.base import BuildContext, BuiltStack
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+_CHILD = Path(__file__).with_name("_metadata_child.py")
+
+
+class MetadataOptions(WorkloadOptions):
+    files: int = Field(default=20000, gt=0, le=10_000_000)
+    size: str = "4K"
+    files_per_dir: int = Field(default=1000, gt=0)
+    phases: list[Literal["create", "stat", "read", "delete"]] = ["create", "stat", "delete"]
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+
+@register
+class Metadata(Workload):
+    kind = "metadata"
+    Options = MetadataOptions
+    summary = "create, stat, read and delete many small files, then syncfs"
+
+    def prepare(
+        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
+    ) -> Prepared:
+        options: MetadataOptions = self.options  # type: ignore[assignment]
+        work = stack.top / "metadata"
+        argv = [sys.executable, "-S", str(_CHILD), str(work), str(options.files),
+                str(parse_size(options.size)), str(options.files_per_dir), ",".join(options.phases)]
+        return Prepared(argv=argv, cwd=stack.top, units=options.files, unit="files")
