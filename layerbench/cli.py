@@ -35,7 +35,8 @@ from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = Path("layerbench.db")
 console = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# Reports are wide: when piped or redirected, do not squeeze them into 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"experiment {experiment.id} stored in {args.db}")
         return 0
     finally:
+        scratch.tidy()
         scratch.unlock()
 
 
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:
-        console.print(f"layerbench: {exc}", markup=False)
+        print(f"layerbench: {exc}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         console.print("layerbench: interrupted")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import mounts
+from layerbench import mounts, system
 from layerbench.errors import SetupError, UserError
 
 MARKER = ".layerbench-scratch"
@@ -213,6 +213,12 @@ class Scratch:
         handle.flush()
         self._lock_handle = handle
 
+    def tidy(self) -> None:
+        """After a clean finish: an empty journal and no empty trial directory remain."""
+        self.journal.reset_if_clean()
+        with contextlib.suppress(OSError):
+            (self.root / "trials").rmdir()
+
     def unlock(self) -> None:
         if self._lock_handle is not None:
             self._lock_handle.close()  # type: ignore[attr-defined]
@@ -269,6 +275,29 @@ class Scratch:
             self.journal.done(ident)
 
     # -- recovery
+    def loop_devices(self) -> list[tuple[str, str]]:
+        """(device, backing file) of loop devices whose image lives in this root."""
+        found = []
+        for name in sorted(os.listdir("/sys/block")):
+            backing = mounts.loop_backing_file(name) if name.startswith("loop") else None
+            if backing and backing.removesuffix(" (deleted)").startswith(str(self.root) + "/"):
+                found.append((name, backing))
+        return found
+
+    def _detach_loop_devices(self) -> list[str]:
+        # A killed run's namespace is torn down asynchronously: give the kernel a moment
+        # to drop its mounts and autoclear their loop devices before detaching by hand.
+        deadline = time.monotonic() + 5
+        while self.loop_devices() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        removed = []
+        for name, backing in self.loop_devices():
+            if not any(e.source == f"/dev/{name}" for e in mounts.mount_table()):
+                with contextlib.suppress(SetupError):
+                    system.run(["losetup", "--detach", f"/dev/{name}"])
+                    removed.append(f"detached /dev/{name} ({backing})")
+        return removed
+
     def clean(self) -> list[str]:
         """Remove what an earlier, crashed run left: newest first. Returns what was removed."""
         removed: list[str] = []
@@ -287,8 +316,10 @@ class Scratch:
             elif resource.kind == "mount":
                 if unmount_path(resource.target):
                     removed.append(f"unmounted {resource.target}")
-            elif resource.kind == "path" and remove_path(resource.target, self.root):
-                removed.append(f"deleted {resource.target}")
+            elif resource.kind == "path":
+                removed += self._detach_loop_devices()
+                if remove_path(resource.target, self.root):
+                    removed.append(f"deleted {resource.target}")
             self.journal.done(resource.ident)
-        self.journal.reset_if_clean()
+        self.tidy()
         return removed

@@ -130,8 +130,8 @@ def fmt_count(value: float | None) -> str:
 
 def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]]:
     """The per-workload table every human-facing format shows."""
-    header = ["stack", "median wall [95% CI]", "ratio [95% CI]", "verdict", "CPU %",
-              "major/minor faults", "block in+out", "throughput", "helper CPU", "n"]
+    header = ["stack", "wall (median) [95% CI]", "ratio [95% CI]", "verdict", "CPU %",
+              "faults maj/min", "block in+out", "throughput", "helper CPU", "n"]
     rows = []
     unit = data.unit(workload)
     for stack in data.stacks:

@@ -36,6 +36,7 @@ class Exposed:
     mount_lines: list[str] = field(default_factory=list)
     helper_pids: list[int] = field(default_factory=list)
     fs_size: int | None = None  # bytes, when this layer made a file system
+    standalone: bool = False  # keeps no data on the layers below (tmpfs)
 
 
 @dataclass
@@ -150,10 +151,13 @@ class BuiltStack:
         return None
 
     def devices(self) -> list[str]:
-        """Block devices under every layer, top first."""
+        """Block devices that serve the stack's top, top first: down through the layers
+        until one keeps its data elsewhere (a tmpfs holds it in memory)."""
         found: list[str] = []
         for exposed in reversed(self.layers):
             found += mounts.devices_under(exposed.path)
+            if exposed.standalone:
+                break
         return list(dict.fromkeys(found))
 
 

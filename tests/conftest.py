@@ -1,0 +1,51 @@
+"""Fixtures: a scratch root per test, a results DB, and the leak check every test passes."""
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import TEST_ROOT, leftovers
+
+IS_ROOT = os.geteuid() == 0
+
+
+def pytest_report_header() -> str:
+    return f"layerbench tests: scratch under {TEST_ROOT}, running as {'root' if IS_ROOT else 'non-root'}"
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fails the test if it leaves a mount, loop device or helper process of ours."""
+    before = set(leftovers(TEST_ROOT))
+    yield
+    # The kernel tears a dead mount namespace down asynchronously: allow it a moment.
+    deadline = time.monotonic() + 3
+    while True:
+        left = [item for item in leftovers(TEST_ROOT) if item not in before]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"the test left these behind: {left}"
+
+
+@pytest.fixture
+def scratch_root(request: pytest.FixtureRequest) -> Iterator[Path]:
+    name = request.node.name.replace("/", "_").replace("[", "-").replace("]", "")[:80]
+    root = TEST_ROOT / name
+    if root.exists():
+        shutil.rmtree(root)
+    yield root
+    if root.exists() and not leftovers(root):
+        shutil.rmtree(root)
+
+
+@pytest.fixture
+def needs_root() -> None:
+    if not IS_ROOT:
+        pytest.skip("needs root: mounts, loop devices and drop_caches (run the suite as root)")

@@ -1,0 +1,153 @@
+"""The whole pipeline for real: a small plan through every layer and workload kind."""
+
+import csv
+import io
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import cli, leftovers
+
+pytestmark = pytest.mark.e2e
+
+PLAN = """
+name = "e2e"
+reps = 4
+warmup = 1
+baseline = "disk"
+seed = 7
+[stacks.disk]
+layers = []
+[stacks.bind]
+layers = [{ kind = "bind" }]
+[stacks.image]
+layers = [{ kind = "image", fs = "ext4", size = "256M" }]
+[stacks.ram]
+layers = [{ kind = "tmpfs", size = "256M" }]
+[stacks.union]
+layers = [{ kind = "overlay" }]
+[workloads.write]
+kind = "stream-write"
+size = "32M"
+fill = 0.25
+[workloads.untar]
+kind = "extract"
+archive = "builtin:small-tree"
+[workloads.files]
+kind = "metadata"
+files = 500
+[workloads.cmd]
+kind = "command"
+run = "sh -c 'cp -a /usr/include/linux . && sync -f .'"
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    from helpers import TEST_ROOT
+
+    base = tmp_path_factory.mktemp("e2e")
+    plan = base / "plan.toml"
+    plan.write_text(PLAN)
+    db = base / "results.db"
+    scratch = TEST_ROOT / "e2e-run"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch))
+    assert done.returncode == 0, done.stderr
+    return {"db": db, "scratch": scratch, "stdout": Path(base / "stdout.txt"),
+            "plan": plan, "out": done.stdout}  # type: ignore[dict-item]
+
+
+def _report(experiment: dict[str, Path], fmt: str) -> str:
+    done = cli("report", "--db", str(experiment["db"]), "--format", fmt, check=True)
+    return done.stdout
+
+
+def test_run_prints_the_text_report_and_leaves_nothing(experiment: dict[str, Path]) -> None:
+    text = str(experiment["out"])
+    for name in ("disk", "bind", "image", "ram", "union", "workload write", "workload cmd"):
+        assert name in text
+    assert leftovers(experiment["scratch"]) == []
+    assert not (experiment["scratch"] / "trials").exists()
+
+
+def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> None:
+    document = json.loads(_report(experiment, "json"))
+    assert document["experiment"]["status"] == "done"
+    assert document["experiment"]["seed"] == 7
+    wall = [s for s in document["summary"] if s["metric"] == "wall_s"]
+    assert len(wall) == 5 * 4
+    for row in wall:
+        assert row["n"] == 4
+        assert row["ci_low"] <= row["median"] <= row["ci_high"]
+        if row["stack"] == "disk":
+            assert row["verdict"] == "baseline"
+        else:
+            assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
+            assert 0 <= row["p_value"] <= 1
+    metrics = {s["metric"] for s in document["summary"]}
+    assert {"wall_s", "cpu_pct", "majflt", "minflt", "oublock", "throughput"} <= metrics
+    runs = document["runs"]
+    assert len(runs) == 5 * 4 * (4 + 1)
+    assert sum(r["warmup"] for r in runs) == 5 * 4
+    for run in runs:
+        assert run["status"] == "ok", run
+        for key in ("wall_s", "user_s", "sys_s", "cpu_pct", "maxrss_kb", "minflt", "majflt",
+                    "inblock", "oublock", "nvcsw", "nivcsw", "read_bytes", "write_bytes"):
+            assert run[key] is not None and run[key] >= 0
+    writes = [r for r in runs if r["workload"] == "write"]
+    assert all(r["units"] == 32 * 2**20 and r["throughput"] > 0 for r in writes)
+    # On a disk-backed stack the synced 32 MiB reach the device; on tmpfs no device is under.
+    for run in writes:
+        if run["stack"] in ("disk", "image", "bind"):
+            assert run["write_bytes"] >= 32 * 2**20 * 0.9, run
+        if run["stack"] == "ram":
+            assert run["write_bytes"] == 0
+    image = document["stacks"]["image"]
+    assert image["devices"][0].startswith("loop") and "ext4" in image["mount_lines"][0]
+    host = document["host"]
+    assert host["cpus"] >= 1 and host["kernel"] and host["scratch_fs"]["type"]
+
+
+def test_mail_has_one_csh_time_line_per_stack(experiment: dict[str, Path]) -> None:
+    mail = _report(experiment, "mail")
+    for block in ("Hardware/OS:", "Config image:", "Test:", "Numbers, write"):
+        assert block in mail
+    csh = re.compile(r"^(\w+): +\d+\.\d{3}u \d+\.\d{3}s \d+:\d\d\.\d\d \d+\.\d% 0\+\d+k "
+                     r"\d+\+\d+io \d+pf\+0w$", re.MULTILINE)
+    stacks_per_workload = [m.group(1) for m in csh.finditer(mail)]
+    assert stacks_per_workload.count("disk") == 4
+    assert sorted(set(stacks_per_workload)) == ["bind", "disk", "image", "ram", "union"]
+    assert "loop" in mail  # the image's mount line names its loop device
+
+
+def test_csv_markdown_and_text_parse(experiment: dict[str, Path]) -> None:
+    rows = list(csv.DictReader(io.StringIO(_report(experiment, "csv"))))
+    assert len(rows) == 100 and float(rows[0]["wall_s"]) > 0
+    markdown = _report(experiment, "markdown")
+    table_rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(table_rows) == 4 * (2 + 5)  # header + rule + five stacks per workload
+    assert all(line.count("|") == table_rows[0].count("|") for line in table_rows)
+    text = _report(experiment, "text")
+    assert "baseline" in text and "workload files" in text
+
+
+def test_report_to_a_file(experiment: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    cli("report", "--db", str(experiment["db"]), "--format", "json", "-o", str(target),
+        check=True)
+    assert json.loads(target.read_text())["experiment"]["name"] == "e2e"
+
+
+def test_store_holds_plan_and_host(experiment: dict[str, Path]) -> None:
+    db = sqlite3.connect(experiment["db"])
+    plan_text, status, host = db.execute(
+        "SELECT plan_text, status, host_json FROM experiments").fetchone()
+    assert plan_text == experiment["plan"].read_text() and status == "done"
+    assert json.loads(host)["tools"]["tar"].startswith("tar")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -1,0 +1,58 @@
+"""Shared by the tests: running the CLI for real, and what layerbench may leave behind."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Each checkout (and each concurrent session) gets its own scratch area for tests.
+TEST_ROOT = Path(os.environ.get("LAYERBENCH_TEST_ROOT", "/var/tmp/layerbench-tests"))
+
+
+def cli(*args: str, timeout: float = 900, check: bool = False, **kwargs: object
+        ) -> subprocess.CompletedProcess[str]:
+    """Run `layerbench ARGS` from this checkout as a separate process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "layerbench", *args], capture_output=True, text=True,
+        timeout=timeout, env=env, **kwargs,  # type: ignore[arg-type]
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"layerbench {' '.join(args)} exited {done.returncode}:\n"
+                             f"{done.stdout}\n{done.stderr}")
+    return done
+
+
+def leftovers(root: Path) -> list[str]:
+    """Mounts, loop devices and helper processes that reference root, seen from the host."""
+    prefix = str(root)
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4].replace("\\040", " ")
+        if mount_point.startswith(prefix):
+            found.append(f"mount {mount_point}")
+    for loop in Path("/sys/block").glob("loop*"):
+        backing = loop / "loop" / "backing_file"
+        if backing.exists() and backing.read_text().strip().startswith(prefix):
+            found.append(f"loop device {loop.name} -> {backing.read_text().strip()}")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if prefix in cmdline and re.search(r"bindfs|qemu-system|fuse", cmdline):
+            found.append(f"process {proc.name}: {cmdline.strip()}")
+    return found
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """Assert a bad-input failure: exit 2, exactly one line, no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]

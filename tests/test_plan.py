@@ -1,0 +1,104 @@
+import pytest
+
+from layerbench.errors import UserError
+from layerbench.plan import load_plan, parse_plan
+
+GOOD = """
+name = "tiny"
+reps = 5
+warmup = 1
+baseline = "disk"
+order = "interleaved"
+seed = 42
+[stacks.disk]
+layers = []
+[stacks.bind]
+layers = [{ kind = "bind", readonly = false }]
+[stacks.image]
+layers = [{ kind = "image", fs = "ext4", size = "2G" }]
+[stacks.ram]
+layers = [{ kind = "tmpfs", size = "2G" }]
+[stacks.union]
+layers = [{ kind = "overlay" }]
+[workloads.write]
+kind = "stream-write"
+size = "1G"
+fill = 0.5
+[workloads.untar]
+kind = "extract"
+archive = "builtin:source-tree"
+[workloads.files]
+kind = "metadata"
+files = 20000
+size = "4K"
+[workloads.cmd]
+kind = "command"
+run = "sh -c 'cp -a /usr/include . && sync'"
+prepare = ""
+"""
+
+
+def test_the_issue_plan_parses() -> None:
+    plan = parse_plan(GOOD, "tiny.toml")
+    assert list(plan.stacks) == ["disk", "bind", "image", "ram", "union"]
+    assert [layer.kind for layer in plan.stacks["image"]] == ["image"]
+    assert plan.workloads["write"].fill == 0.5  # type: ignore[attr-defined]
+    assert plan.baseline == "disk" and plan.seed == 42 and plan.reps == 5
+
+
+def test_default_plan_and_quick_overrides() -> None:
+    full = load_plan(None)
+    quick = load_plan(None, quick=True)
+    assert full.baseline == "disk" and set(full.stacks) == {"disk", "bind", "image", "tmpfs"}
+    assert set(full.workloads) == {"extract", "stream-write", "metadata"}
+    assert quick.workloads["stream-write"].size == "128M"  # type: ignore[attr-defined]
+    assert full.workloads["stream-write"].size == "1G"  # type: ignore[attr-defined]
+
+
+def test_reps_override() -> None:
+    assert parse_plan(GOOD, "p", reps=9).reps == 9
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("reps = 5", "reps = -1"), "p.toml: reps: Input should be greater than or equal to 1"),
+        (("reps = 5", 'reps = "five"'), "p.toml: reps:"),
+        (('baseline = "disk"', 'baseline = "nope"'), "baseline: 'nope' names no stack"),
+        (('kind = "bind"', 'kind = "nullfs"'), "stacks.bind.layers[0].kind: layer kind 'nullfs'; valid kinds:"),
+        (('fs = "ext4"', 'fs = "zfs"'), "stacks.image.layers[0].fs:"),
+        (('size = "2G" }]\n[stacks.ram]', 'size = "2Q" }]\n[stacks.ram]'), "is not a size"),
+        (('kind = "metadata"', 'kind = "metadata"\nbogus = 1'), "workloads.files.bogus: unknown key; valid keys here:"),
+        (('order = "interleaved"', 'order = "random"'), "order:"),
+        (('archive = "builtin:source-tree"', 'archive = "/nonexistent.tar"'), "no such archive file"),
+        (('fill = 0.5', 'fill = 3.0'), "between 0 and 0.95"),
+        (('name = "tiny"', 'name = "tiny"\nsurprise = true'), "surprise: unknown key"),
+        (('[stacks.disk]', '[stacks."../etc"]'), "a name must be"),
+        (('run = "sh -c \'cp -a /usr/include . && sync\'"', 'run = "\'unclosed"'), "cannot split"),
+    ],
+)
+def test_bad_plans_get_one_clear_line(change: tuple[str, str], expected: str) -> None:
+    text = GOOD.replace(*change, 1)
+    assert text != GOOD
+    with pytest.raises(UserError) as caught:
+        parse_plan(text, "p.toml")
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message and message.startswith("p.toml: ")
+
+
+def test_toml_syntax_error_names_the_line() -> None:
+    with pytest.raises(UserError, match=r"p.toml: not valid TOML: .*line 2"):
+        parse_plan('name = "x"\nreps = = 3\n', "p.toml")
+
+
+def test_missing_stacks_and_workloads() -> None:
+    with pytest.raises(UserError, match="stacks: required key is missing"):
+        parse_plan('name = "x"\n[workloads.a]\nkind = "metadata"\n', "p.toml")
+    with pytest.raises(UserError, match="workloads: Dictionary should have at least 1 item"):
+        parse_plan('name = "x"\n[stacks.a]\nlayers = []\n[workloads]\n', "p.toml")
+
+
+def test_missing_plan_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UserError, match="no such plan file"):
+        load_plan(str(tmp_path / "absent.toml"))

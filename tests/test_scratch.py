@@ -1,0 +1,84 @@
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from layerbench import mounts
+from layerbench.errors import UserError
+from layerbench.scratch import MARKER, Journal, Scratch, check_root
+
+
+@pytest.mark.parametrize("bad", ["/", "/proc/x", "/sys", "/dev/shm/lb", "/etc/layerbench"])
+def test_refuses_system_paths(bad: str) -> None:
+    with pytest.raises(UserError, match="refusing"):
+        check_root(Path(bad))
+
+
+def test_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("not ours")
+    with pytest.raises(UserError, match="not made by layerbench"):
+        check_root(tmp_path)
+    (tmp_path / MARKER).touch()
+    assert check_root(tmp_path) == tmp_path.resolve()
+
+
+def test_refuses_a_mount_point_it_did_not_make(needs_root: None, scratch_root: Path) -> None:
+    scratch_root.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "foreign", str(scratch_root)], check=True)
+    try:
+        with pytest.raises(UserError, match="mount point layerbench did not create"):
+            check_root(scratch_root)
+    finally:
+        subprocess.run(["umount", str(scratch_root)], check=True)
+
+
+def test_journal_pending_and_done(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    first = journal.add("path", tmp_path / "a")
+    second = journal.add("mount", tmp_path / "b")
+    journal.update(second, pid=123)
+    journal.done(first)
+    with open(journal.path, "a") as handle:
+        handle.write('{"add": {"id": 9, "kin')  # torn by a SIGKILL mid-write
+    pending = journal.pending()
+    assert [(r.ident, r.kind, r.info) for r in pending] == [(second, "mount", {"pid": 123})]
+    assert Journal(journal.path).add("path", "x") == second + 1
+
+
+def test_lock_refuses_a_second_holder_and_names_it(needs_root: None, scratch_root: Path) -> None:
+    first = Scratch(scratch_root)
+    first.lock("first run")
+    try:
+        code = (
+            "from pathlib import Path; from layerbench.scratch import Scratch;"
+            f"Scratch(Path({str(scratch_root)!r})).lock('second')"
+        )
+        done = subprocess.run(["python3", "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        assert done.returncode != 0
+        assert f"pid {os.getpid()} (first run)" in done.stderr
+    finally:
+        first.unlock()
+
+
+def test_clean_removes_what_a_killed_run_left(needs_root: None, scratch_root: Path) -> None:
+    scratch = Scratch(scratch_root)
+    workdir = scratch.new_dir("trials", "e1-t1")
+    target = workdir / "mnt"
+    target.mkdir()
+    ident = scratch.journal.add("mount", target)
+    mounts.mount("layerbench", target, fstype="tmpfs", options=["size=1M"])
+    assert mounts.is_mount_point(target) and ident
+    # The run dies here: nothing was torn down. A new opening of the root cleans up.
+    removed = Scratch(scratch_root).clean()
+    assert f"unmounted {target}" in removed and f"deleted {workdir}" in removed
+    assert not mounts.is_mount_point(target) and not workdir.exists()
+    assert Journal(scratch_root / "journal.jsonl").pending() == []
+
+
+def test_mounted_refuses_targets_outside_the_root(needs_root: None, scratch_root: Path) -> None:
+    scratch = Scratch(scratch_root)
+    with pytest.raises(UserError, match="outside the scratch root"), \
+            scratch.mounted("x", Path("/mnt"), fstype="tmpfs"):
+        pass

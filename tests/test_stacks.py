@@ -1,0 +1,95 @@
+"""Every layer kind, built for real in the host's mount namespace, then torn down."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layerbench import mounts
+from layerbench.errors import SetupError
+from layerbench.experiment import make_layers
+from layerbench.plan import parse_plan
+from layerbench.scratch import Scratch
+from layerbench.stacks.base import BuildContext, build_stack
+
+CASES: dict[str, list[dict[str, Any]]] = {
+    "dir": [],
+    "dir-readonly": [{"kind": "dir", "readonly": True}],
+    "bind": [{"kind": "bind"}],
+    "bind-readonly": [{"kind": "bind", "readonly": True}],
+    "tmpfs": [{"kind": "tmpfs", "size": "64M"}],
+    "image-ext4": [{"kind": "image", "fs": "ext4", "size": "64M"}],
+    "image-xfs": [{"kind": "image", "fs": "xfs", "size": "320M"}],
+    "image-btrfs": [{"kind": "image", "fs": "btrfs", "size": "128M"}],
+    "image-direct-io": [{"kind": "image", "size": "64M", "direct_io": True,
+                         "mount_options": ["noatime"], "mkfs_options": ["-b", "4096"]}],
+    "overlay-disk": [{"kind": "overlay"}],
+    "overlay-tmpfs": [{"kind": "overlay", "upper": "tmpfs", "upper_size": "64M"}],
+    "overlay-readonly": [{"kind": "overlay", "readonly": True}],
+    "nested": [{"kind": "tmpfs", "size": "128M"}, {"kind": "image", "size": "64M"},
+               {"kind": "bind"}, {"kind": "overlay"}],
+}
+READONLY = {"dir-readonly", "bind-readonly", "overlay-readonly"}
+
+
+def _layers(layers: list[dict[str, Any]]) -> list[Any]:
+    body = ", ".join("{" + ", ".join(f"{k} = {_toml(v)}" for k, v in layer.items()) + "}"
+                     for layer in layers)
+    plan = parse_plan(f'name = "t"\n[stacks.s]\nlayers = [{body}]\n'
+                      '[workloads.w]\nkind = "metadata"\n', "test")
+    return make_layers(plan, "s")
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Path, case: str
+                                             ) -> None:
+    layers = _layers(CASES[case])
+    lacking = [m for layer in layers for m in layer.missing(layer.options)]
+    if lacking:
+        pytest.skip(f"this host lacks {lacking}")
+    scratch = Scratch(scratch_root)
+    with scratch.directory("trials", "t") as workdir:
+        ctx = BuildContext(scratch=scratch, workdir=workdir)
+        with build_stack(ctx, layers) as built:
+            probe = built.top / "probe"
+            if case in READONLY:
+                with pytest.raises(OSError, match="Read-only"):
+                    probe.write_text("x")
+            else:
+                probe.write_text("written through the stack")
+                assert probe.read_text() == "written through the stack"
+            made_mounts = [layer for layer in CASES[case] if layer["kind"] != "dir"
+                           or layer.get("readonly")]
+            assert len(built.mount_lines) >= len(made_mounts)
+            assert mounts.mounts_under(workdir) or not made_mounts
+            if case.startswith("image"):
+                assert built.devices()[0].startswith("loop")
+                assert len(built.devices()) >= 2  # the loop device and the disk behind it
+            if case == "tmpfs":
+                assert built.devices() == [] and built.fs_size == 64 * 2**20
+            if case == "image-direct-io":
+                loop = built.devices()[0]
+                assert Path(f"/sys/block/{loop}/loop/dio").read_text().strip() == "1"
+        assert mounts.mounts_under(workdir) == []
+    assert scratch.journal.pending() == []
+
+
+def test_a_failing_layer_tears_down_the_layers_below(needs_root: None, scratch_root: Path
+                                                    ) -> None:
+    # An image larger than its tmpfs: mkfs fails after the tmpfs is mounted.
+    layers = _layers([{"kind": "tmpfs", "size": "16M"},
+                      {"kind": "image", "size": "64M", "preallocate": True}])
+    scratch = Scratch(scratch_root)
+    with scratch.directory("trials", "t") as workdir:
+        ctx = BuildContext(scratch=scratch, workdir=workdir)
+        with pytest.raises((SetupError, OSError)), build_stack(ctx, layers):
+            pass
+        assert mounts.mounts_under(workdir) == []
