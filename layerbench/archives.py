@@ -15,8 +15,7 @@ from layerbench.errors import UserError
 CACHE_DIR = Path(os.environ.get("LAYERBENCH_CACHE", "/var/cache/layerbench"))
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
-_EXCLUDES = ["--exclude=__pycache__", "--exclude=site-packages", "--exclude=dist-packages",
-             "--exclude=*.pyc"]
+_EXCLUDES = ["--exclude=__pycache__", "--exclude=site-packages", "--exclude=dist-packages", "--exclude=*.pyc"]
 
 # name -> (candidate trees in order, minimum number of files)
 BUILTIN: dict[str, tuple[list[str], int]] = {
@@ -68,8 +67,7 @@ def builtin_archive(name: str) -> Archive:
             system.run(["tar", "-cf", str(partial), *_EXCLUDES, "-C", "/", *trees], timeout=1800)
             described = describe(partial)
             os.replace(partial, tarball)
-            meta.write_text(json.dumps({"files": described.files, "bytes": described.bytes,
-                                        "trees": trees}))
+            meta.write_text(json.dumps({"files": described.files, "bytes": described.bytes, "trees": trees}))
         facts = json.loads(meta.read_text())
     return Archive(path=tarball, files=facts["files"], bytes=facts["bytes"], compression=None)
 

@@ -54,8 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
     run.add_argument("--reps", type=int, help="measured repetitions (overrides the plan)")
     run.add_argument("--quick", action="store_true", help="the plan's small sizes and reps")
-    run.add_argument("--no-namespace", action="store_true",
-                     help="mount in the host's mount namespace (visible in its mount table)")
+    run.add_argument(
+        "--no-namespace",
+        action="store_true",
+        help="mount in the host's mount namespace (visible in its mount table)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no final report")
 
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
@@ -68,12 +71,12 @@ def _parser() -> argparse.ArgumentParser:
 
     clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
     clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
-    clean.add_argument("--db", type=Path, default=DEFAULT_DB,
-                       help="mark its killed experiments interrupted")
+    clean.add_argument("--db", type=Path, default=DEFAULT_DB, help="mark its killed experiments interrupted")
     return parser
 
 
 # ---- signals -----------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _interruptible(scratch: Scratch) -> Iterator[None]:
@@ -98,6 +101,7 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
 
 
 # ---- commands ------------------------------------------------------------------------------
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
@@ -124,8 +128,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 experiment.prepare(warnings)
                 _run_with_progress(experiment, quiet=args.quiet)
             except KeyboardInterrupt:
-                console.print(f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
-                              "its finished runs; everything built was torn down")
+                console.print(
+                    f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
+                    "its finished runs; everything built was torn down"
+                )
                 return 130
         if not args.quiet:
             for part in text_report.build(reports.gather(store, experiment.id)):  # type: ignore[arg-type]
@@ -141,8 +147,14 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
     if quiet:
         experiment.run()
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(experiment.plan.name, total=len(experiment.trials))
         last = ""
@@ -154,8 +166,7 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
             if row is None:
                 progress.update(task, description=f"{what}{last}")
                 return
-            last = (f"  last {row['wall_s']:.2f}s" if row["status"] == "ok"
-                    else "  last FAILED")
+            last = f"  last {row['wall_s']:.2f}s" if row["status"] == "ok" else "  last FAILED"
             progress.update(task, advance=1, description=f"{what}{last}")
 
         experiment.run(update)
@@ -189,8 +200,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for title, kinds in (("layer kinds", load_layer_kinds()),
-                         ("workload kinds", load_workload_kinds())):
+    for title, kinds in (("layer kinds", load_layer_kinds()), ("workload kinds", load_workload_kinds())):
         table = Table(title=title, title_justify="left")
         for column in ("kind", "what it is", "needs", "on this host"):
             table.add_column(column)

@@ -33,15 +33,13 @@ class Trial:
 
 def make_layers(plan: Plan, stack: str) -> list[Layer]:
     return [
-        LAYER_KINDS[options.kind](options, index)
-        for index, options in enumerate(plan.stacks[stack], start=1)
+        LAYER_KINDS[options.kind](options, index) for index, options in enumerate(plan.stacks[stack], start=1)
     ]
 
 
 def make_workloads(plan: Plan) -> dict[str, Workload]:
     workloads = {
-        name: WORKLOAD_KINDS[options.kind](options, name)
-        for name, options in plan.workloads.items()
+        name: WORKLOAD_KINDS[options.kind](options, name) for name, options in plan.workloads.items()
     }
     sizes = [
         size
@@ -119,9 +117,15 @@ class Experiment:
             if hasattr(workload, "archive"):
                 workload.archive  # noqa: B018 - packs a built-in archive once, untimed
         self.id = self.store.create_experiment(
-            name=self.plan.name, plan_source=self.plan.source, plan_text=self.plan.text,
-            plan=self.plan.as_dict(), seed=self.seed, baseline=self.plan.baseline,
-            host=host.describe(self.scratch.root), version=__version__, warnings=warnings,
+            name=self.plan.name,
+            plan_source=self.plan.source,
+            plan_text=self.plan.text,
+            plan=self.plan.as_dict(),
+            seed=self.seed,
+            baseline=self.plan.baseline,
+            host=host.describe(self.scratch.root),
+            version=__version__,
+            warnings=warnings,
         )
 
     def run(self, progress: ProgressCallback | None = None) -> int:
@@ -151,9 +155,7 @@ class Experiment:
             try:
                 with contextlib.ExitStack() as resources:
                     ctx = BuildContext(scratch=self.scratch, workdir=workdir)
-                    built = resources.enter_context(
-                        build_stack(ctx, make_layers(self.plan, trial.stack))
-                    )
+                    built = resources.enter_context(build_stack(ctx, make_layers(self.plan, trial.stack)))
                     devices = built.devices()
                     if trial.stack not in self._stacks_seen:
                         self._record_stack(trial.stack, built, devices)
@@ -161,9 +163,13 @@ class Experiment:
                     facts.update(prepared.facts)
                     measure.drop_caches()
                     counters = measure.run_timed(
-                        prepared.argv, cwd=prepared.cwd, env=prepared.env,
-                        timeout=workload.options.timeout, devices=devices,
-                        helper_pids=built.helper_pids, stderr_path=workdir / "stderr",
+                        prepared.argv,
+                        cwd=prepared.cwd,
+                        env=prepared.env,
+                        timeout=workload.options.timeout,
+                        devices=devices,
+                        helper_pids=built.helper_pids,
+                        stderr_path=workdir / "stderr",
                     )
                 row = counters.as_row()
                 if counters.status == "ok" and prepared.units and counters.wall_s > 0:
@@ -171,18 +177,28 @@ class Experiment:
                     row["throughput"] = prepared.units / counters.wall_s
             except SetupError as exc:
                 row = measure.failed(f"setup: {exc}").as_row()
-        row.update(trial=trial.index, stack=trial.stack, workload=trial.workload, rep=trial.rep,
-                   warmup=int(trial.warmup), started=started)
+        row.update(
+            trial=trial.index,
+            stack=trial.stack,
+            workload=trial.workload,
+            rep=trial.rep,
+            warmup=int(trial.warmup),
+            started=started,
+        )
         self.store.add_run(self.id, row, row.pop("devices"), facts)
         return row
 
     def _record_stack(self, name: str, built: Any, devices: list[str]) -> None:
         assert self.id is not None
         layers = make_layers(self.plan, name)
-        self.store.set_stack_info(self.id, name, {
-            "layers": [layer.describe() for layer in layers] or ["dir (scratch root)"],
-            "mount_lines": built.mount_lines,
-            "devices": devices,
-            "top": str(Path(built.top).relative_to(self.scratch.root)),
-        })
+        self.store.set_stack_info(
+            self.id,
+            name,
+            {
+                "layers": [layer.describe() for layer in layers] or ["dir (scratch root)"],
+                "mount_lines": built.mount_lines,
+                "devices": devices,
+                "top": str(Path(built.top).relative_to(self.scratch.root)),
+            },
+        )
         self._stacks_seen.add(name)

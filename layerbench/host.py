@@ -75,8 +75,12 @@ def describe(scratch_root: Path) -> dict[str, Any]:
         "tools": {
             name: system.tool_version(name, flag)
             for name, flag in (
-                ("mkfs.ext4", "-V"), ("mkfs.xfs", "-V"), ("mkfs.btrfs", "--version"),
-                ("tar", "--version"), ("fio", "--version"), ("bindfs", "--version"),
+                ("mkfs.ext4", "-V"),
+                ("mkfs.xfs", "-V"),
+                ("mkfs.btrfs", "--version"),
+                ("tar", "--version"),
+                ("fio", "--version"),
+                ("bindfs", "--version"),
                 ("qemu-system-x86_64", "--version"),
             )
         },

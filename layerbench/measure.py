@@ -30,8 +30,10 @@ def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
             fields = line.split()
             if fields[2] in wanted:
                 found[fields[2]] = DiskCounters(
-                    read_ios=int(fields[3]), read_bytes=int(fields[5]) * _SECTOR,
-                    write_ios=int(fields[7]), write_bytes=int(fields[9]) * _SECTOR,
+                    read_ios=int(fields[3]),
+                    read_bytes=int(fields[5]) * _SECTOR,
+                    write_ios=int(fields[7]),
+                    write_bytes=int(fields[9]) * _SECTOR,
                 )
     return found
 
@@ -106,8 +108,13 @@ def run_timed(
     start = time.monotonic()
     try:
         child = subprocess.Popen(
-            argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=stderr_target, start_new_session=True,
+            argv,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_target,
+            start_new_session=True,
         )
     except OSError as exc:
         if stderr_path:
@@ -187,11 +194,21 @@ def _describe_exit(code: int, stderr_path: Path | None) -> str:
 
 
 def failed(error: str) -> RunCounters:
-    zero = dict.fromkeys(
-        ("wall_s", "user_s", "sys_s", "cpu_pct", "helper_cpu_s"), 0.0
-    )
+    zero = dict.fromkeys(("wall_s", "user_s", "sys_s", "cpu_pct", "helper_cpu_s"), 0.0)
     counts = dict.fromkeys(
-        ("maxrss_kb", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw",
-         "read_bytes", "write_bytes", "read_ios", "write_ios"), 0
+        (
+            "maxrss_kb",
+            "minflt",
+            "majflt",
+            "inblock",
+            "oublock",
+            "nvcsw",
+            "nivcsw",
+            "read_bytes",
+            "write_bytes",
+            "read_ios",
+            "write_ios",
+        ),
+        0,
     )
     return RunCounters(status="failed", error=error, exit_code=None, **zero, **counts)

@@ -22,12 +22,7 @@ class MountEntry:
 
 def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as octal.
-    return (
-        field.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-    )
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
 def mount_table(mountinfo: str = "/proc/self/mountinfo") -> list[MountEntry]:
@@ -35,7 +30,7 @@ def mount_table(mountinfo: str = "/proc/self/mountinfo") -> list[MountEntry]:
     for raw in Path(mountinfo).read_text().splitlines():
         left, _, right = raw.partition(" - ")
         fields = left.split()
-        fstype, source, super_options = (right.split(" ", 2) + ["", ""])[:3]
+        fstype, source, super_options = [*right.split(" ", 2), "", ""][:3]
         entries.append(
             MountEntry(
                 mount_point=_unescape(fields[4]),
@@ -72,8 +67,12 @@ def is_mount_point(path: str | os.PathLike[str]) -> bool:
 
 
 def mount(
-    source: str, target: str | os.PathLike[str], *, fstype: str | None = None,
-    options: list[str] | None = None, bind: bool = False,
+    source: str,
+    target: str | os.PathLike[str],
+    *,
+    fstype: str | None = None,
+    options: list[str] | None = None,
+    bind: bool = False,
 ) -> None:
     argv = ["mount"]
     if bind:
@@ -99,6 +98,7 @@ def unmount(target: str | os.PathLike[str], *, lazy: bool = False) -> None:
 
 
 # ---- block devices -------------------------------------------------------------------
+
 
 def device_name(major_minor: str) -> str | None:
     """The kernel name of a block device (vda, loop3, vda1) or None for a virtual fs."""

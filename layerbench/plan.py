@@ -60,8 +60,12 @@ class Plan(BaseModel):
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "reps": self.reps, "warmup": self.warmup,
-            "baseline": self.baseline, "order": self.order, "seed": self.seed,
+            "name": self.name,
+            "reps": self.reps,
+            "warmup": self.warmup,
+            "baseline": self.baseline,
+            "order": self.order,
+            "seed": self.seed,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
         }
@@ -103,11 +107,9 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def _check_kind(
-    raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what: str
-) -> Any:
+def _check_kind(raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what: str) -> Any:
     if not isinstance(raw, dict):
-        raise ValueError(f"{_where(where)}: a {what} is a table like {{ kind = \"...\" }}")
+        raise ValueError(f'{_where(where)}: a {what} is a table like {{ kind = "..." }}')
     kind = raw.get("kind")
     if kind not in registry:
         valid = ", ".join(sorted(registry))
@@ -120,9 +122,7 @@ def _check_kind(
         raise ValueError(_explain(exc, options_model, where)) from None
 
 
-def parse_plan(
-    text: str, source: str, *, quick: bool = False, reps: int | None = None
-) -> Plan:
+def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None = None) -> Plan:
     """Check a plan; raise UserError with one line naming source and key."""
     try:
         raw = tomllib.loads(text)
@@ -159,9 +159,17 @@ def parse_plan(
     if quick and not shape.quick:
         run_reps = min(run_reps, 5)
     return Plan(
-        name=shape.name, description=shape.description, reps=run_reps, warmup=shape.warmup,
-        baseline=baseline, order=shape.order, seed=shape.seed, stacks=stacks,
-        workloads=workloads, source=source, text=text,
+        name=shape.name,
+        description=shape.description,
+        reps=run_reps,
+        warmup=shape.warmup,
+        baseline=baseline,
+        order=shape.order,
+        seed=shape.seed,
+        stacks=stacks,
+        workloads=workloads,
+        source=source,
+        text=text,
     )
 
 

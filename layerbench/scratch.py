@@ -51,6 +51,7 @@ def check_root(root: Path) -> Path:
 
 # ---- the journal -----------------------------------------------------------------------
 
+
 @dataclass
 class Resource:
     ident: int
@@ -125,6 +126,7 @@ class Journal:
 
 # ---- removing resources ---------------------------------------------------------------------
 
+
 def unmount_path(target: str, *, hurry: bool = False) -> bool:
     """Unmount target if mounted; returns True if something was unmounted."""
     if not mounts.is_mount_point(target):
@@ -182,6 +184,7 @@ def remove_path(target: str, root: Path) -> bool:
 
 # ---- the scratch root itself ---------------------------------------------------------------
 
+
 class Scratch:
     """An opened scratch root: holds the lock while a run or clean uses it."""
 
@@ -204,8 +207,7 @@ class Scratch:
             holder = handle.read().strip() or "another process"
             handle.close()
             raise UserError(
-                f"scratch root {self.root} is in use by {holder}; wait for it or use another "
-                "--scratch"
+                f"scratch root {self.root} is in use by {holder}; wait for it or use another --scratch"
             ) from None
         handle.seek(0)
         handle.truncate()
@@ -246,8 +248,14 @@ class Scratch:
 
     @contextlib.contextmanager
     def mounted(
-        self, source: str, target: Path, *, fstype: str | None = None,
-        options: list[str] | None = None, bind: bool = False, readonly_bind: bool = False,
+        self,
+        source: str,
+        target: Path,
+        *,
+        fstype: str | None = None,
+        options: list[str] | None = None,
+        bind: bool = False,
+        readonly_bind: bool = False,
     ) -> Iterator[Path]:
         """Mount inside the scratch root; unmount on the way out, whatever happens."""
         if not str(target).startswith(str(self.root) + "/"):
@@ -310,7 +318,9 @@ class Scratch:
             if resource.kind == "process":
                 pid = resource.info.get("pid")
                 if isinstance(pid, int) and stop_process(
-                    pid, resource.info.get("start_time"), hurry=True  # type: ignore[arg-type]
+                    pid,
+                    resource.info.get("start_time"),
+                    hurry=True,  # type: ignore[arg-type]
                 ):
                     removed.append(f"stopped {resource.target} (pid {pid})")
             elif resource.kind == "mount":

@@ -121,13 +121,43 @@ def summarize(
     medians = bootstrap_medians(data, rng)
     ci_low, ci_high = percentile_interval(medians) if n > 1 else (median, median)
     if baseline is None:
-        return Summary(stack, workload, metric, n, median, mean, stdev, cv, ci_low, ci_high,
-                       1.0, 1.0, 1.0, None, "baseline")
+        return Summary(
+            stack,
+            workload,
+            metric,
+            n,
+            median,
+            mean,
+            stdev,
+            cv,
+            ci_low,
+            ci_high,
+            1.0,
+            1.0,
+            1.0,
+            None,
+            "baseline",
+        )
     base = np.asarray(baseline, dtype=float)
     base_median = float(np.median(base)) if len(base) else 0.0
     if len(base) == 0 or base_median == 0:
-        return Summary(stack, workload, metric, n, median, mean, stdev, cv, ci_low, ci_high,
-                       None, None, None, mann_whitney_p(data, base), "no ratio (baseline is 0)")
+        return Summary(
+            stack,
+            workload,
+            metric,
+            n,
+            median,
+            mean,
+            stdev,
+            cv,
+            ci_low,
+            ci_high,
+            None,
+            None,
+            None,
+            mann_whitney_p(data, base),
+            "no ratio (baseline is 0)",
+        )
     ratio = median / base_median
     base_medians = bootstrap_medians(base, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,8 +165,23 @@ def summarize(
     ratios = ratios[np.isfinite(ratios)]
     ratio_low, ratio_high = percentile_interval(ratios) if len(ratios) else (None, None)
     p_value = mann_whitney_p(data, base)
-    return Summary(stack, workload, metric, n, median, mean, stdev, cv, ci_low, ci_high,
-                   ratio, ratio_low, ratio_high, p_value, verdict(metric, ratio, p_value))
+    return Summary(
+        stack,
+        workload,
+        metric,
+        n,
+        median,
+        mean,
+        stdev,
+        cv,
+        ci_low,
+        ci_high,
+        ratio,
+        ratio_low,
+        ratio_high,
+        p_value,
+        verdict(metric, ratio, p_value),
+    )
 
 
 def measured(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -149,7 +194,10 @@ def measured(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str,
 
 
 def summaries(
-    runs: list[dict[str, Any]], baseline: str, stacks: list[str], workloads: list[str],
+    runs: list[dict[str, Any]],
+    baseline: str,
+    stacks: list[str],
+    workloads: list[str],
     metrics: list[str] | None = None,
 ) -> list[Summary]:
     groups = measured(runs)
@@ -157,19 +205,17 @@ def summaries(
     for workload in workloads:
         for stack in stacks:
             for metric in metrics or list(METRICS):
-                values = [r[metric] for r in groups.get((stack, workload), [])
-                          if r.get(metric) is not None]
+                values = [r[metric] for r in groups.get((stack, workload), []) if r.get(metric) is not None]
                 base_values = None
                 if stack != baseline:
-                    base_values = [r[metric] for r in groups.get((baseline, workload), [])
-                                   if r.get(metric) is not None]
+                    base_values = [
+                        r[metric] for r in groups.get((baseline, workload), []) if r.get(metric) is not None
+                    ]
                 rows.append(summarize(stack, workload, metric, values, base_values))
     return rows
 
 
-def warnings_for(
-    rows: list[Summary], runs: list[dict[str, Any]], baseline: str
-) -> list[str]:
+def warnings_for(rows: list[Summary], runs: list[dict[str, Any]], baseline: str) -> list[str]:
     found = []
     for row in rows:
         if row.metric == "wall_s" and row.cv is not None and row.cv > NOISY_CV:

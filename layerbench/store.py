@@ -59,10 +59,34 @@ CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment_id, stack, wor
 """
 
 RUN_COLUMNS = (
-    "trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started",
-    "wall_s", "user_s", "sys_s", "cpu_pct", "maxrss_kb", "minflt", "majflt", "inblock",
-    "oublock", "nvcsw", "nivcsw", "read_bytes", "write_bytes", "read_ios", "write_ios",
-    "helper_cpu_s", "units", "unit", "throughput",
+    "trial",
+    "stack",
+    "workload",
+    "rep",
+    "warmup",
+    "status",
+    "error",
+    "exit_code",
+    "started",
+    "wall_s",
+    "user_s",
+    "sys_s",
+    "cpu_pct",
+    "maxrss_kb",
+    "minflt",
+    "majflt",
+    "inblock",
+    "oublock",
+    "nvcsw",
+    "nivcsw",
+    "read_bytes",
+    "write_bytes",
+    "read_ios",
+    "write_ios",
+    "helper_cpu_s",
+    "units",
+    "unit",
+    "throughput",
 )
 
 
@@ -79,9 +103,7 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
-            self.db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
             raise UserError(f"results database {path}: {exc}") from None
 
@@ -90,15 +112,35 @@ class Store:
 
     # -- writing
     def create_experiment(
-        self, *, name: str, plan_source: str, plan_text: str, plan: dict[str, Any], seed: int,
-        baseline: str, host: dict[str, Any], version: str, warnings: list[str],
+        self,
+        *,
+        name: str,
+        plan_source: str,
+        plan_text: str,
+        plan: dict[str, Any],
+        seed: int,
+        baseline: str,
+        host: dict[str, Any],
+        version: str,
+        warnings: list[str],
     ) -> int:
         cursor = self.db.execute(
             "INSERT INTO experiments (name, status, plan_source, plan_text, plan_json, seed,"
             " baseline, started, host_json, warnings_json, version, pid)"
             " VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (name, plan_source, plan_text, json.dumps(plan), seed, baseline, now(),
-             json.dumps(host), json.dumps(warnings), version, os.getpid()),
+            (
+                name,
+                plan_source,
+                plan_text,
+                json.dumps(plan),
+                seed,
+                baseline,
+                now(),
+                json.dumps(host),
+                json.dumps(warnings),
+                version,
+                os.getpid(),
+            ),
         )
         return int(cursor.lastrowid)  # type: ignore[arg-type]
 
@@ -127,12 +169,14 @@ class Store:
             )
 
     def add_run(
-        self, experiment_id: int, run: dict[str, Any], devices: dict[str, Any],
+        self,
+        experiment_id: int,
+        run: dict[str, Any],
+        devices: dict[str, Any],
         facts: dict[str, Any],
     ) -> None:
         columns = ["experiment_id", *RUN_COLUMNS, "devices_json", "facts_json"]
-        values = [experiment_id, *(run.get(c) for c in RUN_COLUMNS), json.dumps(devices),
-                  json.dumps(facts)]
+        values = [experiment_id, *(run.get(c) for c in RUN_COLUMNS), json.dumps(devices), json.dumps(facts)]
         marks = ", ".join("?" for _ in columns)
         self.db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({marks})", values)
 
@@ -159,9 +203,7 @@ class Store:
         return row["id"]
 
     def experiment(self, experiment_id: int) -> dict[str, Any]:
-        row = self.db.execute(
-            "SELECT * FROM experiments WHERE id = ?", (experiment_id,)
-        ).fetchone()
+        row = self.db.execute("SELECT * FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
         if row is None:
             raise UserError(f"{self.path}: no experiment {experiment_id}")
         record = dict(row)
@@ -170,9 +212,7 @@ class Store:
         return record
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT * FROM runs WHERE experiment_id = ? ORDER BY trial", (experiment_id,)
-        )
+        rows = self.db.execute("SELECT * FROM runs WHERE experiment_id = ? ORDER BY trial", (experiment_id,))
         result = []
         for row in rows:
             record = dict(row)
@@ -183,5 +223,9 @@ class Store:
         return result
 
     def experiments(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.db.execute(
-            "SELECT id, name, status, started, finished, baseline FROM experiments ORDER BY id")]
+        return [
+            dict(r)
+            for r in self.db.execute(
+                "SELECT id, name, status, started, finished, baseline FROM experiments ORDER BY id"
+            )
+        ]

@@ -67,9 +67,7 @@ def tool_version(name: str, flag: str = "--version") -> str | None:
     if path is None:
         return None
     try:
-        done = subprocess.run(
-            [path, flag], capture_output=True, text=True, timeout=10, check=False
-        )
+        done = subprocess.run([path, flag], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = (done.stdout or done.stderr).strip()

@@ -11,17 +11,23 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_ROOT = Path(os.environ.get("LAYERBENCH_TEST_ROOT", "/var/tmp/layerbench-tests"))
 
 
-def cli(*args: str, timeout: float = 900, check: bool = False, **kwargs: object
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 900, check: bool = False, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
     """Run `layerbench ARGS` from this checkout as a separate process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "layerbench", *args], capture_output=True, text=True,
-        timeout=timeout, env=env, **kwargs,  # type: ignore[arg-type]
+        [sys.executable, "-m", "layerbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,  # type: ignore[arg-type]
     )
     if check and done.returncode != 0:
-        raise AssertionError(f"layerbench {' '.join(args)} exited {done.returncode}:\n"
-                             f"{done.stdout}\n{done.stderr}")
+        raise AssertionError(
+            f"layerbench {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
     return done
 
 

@@ -17,15 +17,15 @@ def test_children_are_counted_by_wait4(tmp_path: Path) -> None:
 
 
 def test_failure_is_recorded_with_stderr(tmp_path: Path) -> None:
-    counters = measure.run_timed(["sh", "-c", "echo oh no >&2; exit 3"], cwd=tmp_path,
-                                 stderr_path=tmp_path / "err")
+    counters = measure.run_timed(
+        ["sh", "-c", "echo oh no >&2; exit 3"], cwd=tmp_path, stderr_path=tmp_path / "err"
+    )
     assert counters.status == "failed" and counters.exit_code == 3
     assert counters.error == "exit status 3: oh no"
 
 
 def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
-    counters = measure.run_timed(["sh", "-c", "sleep 30 & sleep 30; wait"], cwd=tmp_path,
-                                 timeout=0.3)
+    counters = measure.run_timed(["sh", "-c", "sleep 30 & sleep 30; wait"], cwd=tmp_path, timeout=0.3)
     assert counters.status == "failed" and "timed out after 0.3s" in (counters.error or "")
     assert counters.wall_s < 5
 
@@ -42,8 +42,10 @@ def test_device_counters_see_a_synced_write(needs_root: None, tmp_path: Path) ->
     target = Path("/var/tmp") / f"layerbench-measure-{tmp_path.name}"
     try:
         counters = measure.run_timed(
-            ["dd", "if=/dev/zero", f"of={target}", "bs=1M", "count=32", "conv=fsync",
-             "status=none"], cwd=tmp_path, devices=devices)
+            ["dd", "if=/dev/zero", f"of={target}", "bs=1M", "count=32", "conv=fsync", "status=none"],
+            cwd=tmp_path,
+            devices=devices,
+        )
     finally:
         target.unlink(missing_ok=True)
     assert counters.status == "ok"

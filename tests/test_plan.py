@@ -65,16 +65,22 @@ def test_reps_override() -> None:
         (("reps = 5", "reps = -1"), "p.toml: reps: Input should be greater than or equal to 1"),
         (("reps = 5", 'reps = "five"'), "p.toml: reps:"),
         (('baseline = "disk"', 'baseline = "nope"'), "baseline: 'nope' names no stack"),
-        (('kind = "bind"', 'kind = "nullfs"'), "stacks.bind.layers[0].kind: layer kind 'nullfs'; valid kinds:"),
+        (
+            ('kind = "bind"', 'kind = "nullfs"'),
+            "layers[0].kind: layer kind 'nullfs'; valid kinds:",
+        ),
         (('fs = "ext4"', 'fs = "zfs"'), "stacks.image.layers[0].fs:"),
         (('size = "2G" }]\n[stacks.ram]', 'size = "2Q" }]\n[stacks.ram]'), "is not a size"),
-        (('kind = "metadata"', 'kind = "metadata"\nbogus = 1'), "workloads.files.bogus: unknown key; valid keys here:"),
+        (
+            ('kind = "metadata"', 'kind = "metadata"\nbogus = 1'),
+            "workloads.files.bogus: unknown key; valid",
+        ),
         (('order = "interleaved"', 'order = "random"'), "order:"),
         (('archive = "builtin:source-tree"', 'archive = "/nonexistent.tar"'), "no such archive file"),
-        (('fill = 0.5', 'fill = 3.0'), "between 0 and 0.95"),
+        (("fill = 0.5", "fill = 3.0"), "between 0 and 0.95"),
         (('name = "tiny"', 'name = "tiny"\nsurprise = true'), "surprise: unknown key"),
-        (('[stacks.disk]', '[stacks."../etc"]'), "a name must be"),
-        (('run = "sh -c \'cp -a /usr/include . && sync\'"', 'run = "\'unclosed"'), "cannot split"),
+        (("[stacks.disk]", '[stacks."../etc"]'), "a name must be"),
+        (("run = \"sh -c 'cp -a /usr/include . && sync'\"", 'run = "\'unclosed"'), "cannot split"),
     ],
 )
 def test_bad_plans_get_one_clear_line(change: tuple[str, str], expected: str) -> None:

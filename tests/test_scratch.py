@@ -54,8 +54,12 @@ def test_lock_refuses_a_second_holder_and_names_it(needs_root: None, scratch_roo
             "from pathlib import Path; from layerbench.scratch import Scratch;"
             f"Scratch(Path({str(scratch_root)!r})).lock('second')"
         )
-        done = subprocess.run(["python3", "-c", code], capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        done = subprocess.run(
+            ["python3", "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
         assert done.returncode != 0
         assert f"pid {os.getpid()} (first run)" in done.stderr
     finally:
@@ -79,6 +83,8 @@ def test_clean_removes_what_a_killed_run_left(needs_root: None, scratch_root: Pa
 
 def test_mounted_refuses_targets_outside_the_root(needs_root: None, scratch_root: Path) -> None:
     scratch = Scratch(scratch_root)
-    with pytest.raises(UserError, match="outside the scratch root"), \
-            scratch.mounted("x", Path("/mnt"), fstype="tmpfs"):
+    with (
+        pytest.raises(UserError, match="outside the scratch root"),
+        scratch.mounted("x", Path("/mnt"), fstype="tmpfs"),
+    ):
         pass

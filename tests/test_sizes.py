@@ -5,8 +5,17 @@ from layerbench.sizes import format_size, parse_size
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("4K", 4096), ("512M", 512 * 2**20), ("2G", 2 * 2**30), ("1.5T", int(1.5 * 2**40)),
-     ("100", 100), (4096, 4096), ("1g", 2**30), ("64MiB", 64 * 2**20), (" 8 K ", 8192)],
+    [
+        ("4K", 4096),
+        ("512M", 512 * 2**20),
+        ("2G", 2 * 2**30),
+        ("1.5T", int(1.5 * 2**40)),
+        ("100", 100),
+        (4096, 4096),
+        ("1g", 2**30),
+        ("64MiB", 64 * 2**20),
+        (" 8 K ", 8192),
+    ],
 )
 def test_parse_size_accepts_suffixes(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected

@@ -21,22 +21,33 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "image-ext4": [{"kind": "image", "fs": "ext4", "size": "64M"}],
     "image-xfs": [{"kind": "image", "fs": "xfs", "size": "320M"}],
     "image-btrfs": [{"kind": "image", "fs": "btrfs", "size": "128M"}],
-    "image-direct-io": [{"kind": "image", "size": "64M", "direct_io": True,
-                         "mount_options": ["noatime"], "mkfs_options": ["-b", "4096"]}],
+    "image-direct-io": [
+        {
+            "kind": "image",
+            "size": "64M",
+            "direct_io": True,
+            "mount_options": ["noatime"],
+            "mkfs_options": ["-b", "4096"],
+        }
+    ],
     "overlay-disk": [{"kind": "overlay"}],
     "overlay-tmpfs": [{"kind": "overlay", "upper": "tmpfs", "upper_size": "64M"}],
     "overlay-readonly": [{"kind": "overlay", "readonly": True}],
-    "nested": [{"kind": "tmpfs", "size": "128M"}, {"kind": "image", "size": "64M"},
-               {"kind": "bind"}, {"kind": "overlay"}],
+    "nested": [
+        {"kind": "tmpfs", "size": "128M"},
+        {"kind": "image", "size": "64M"},
+        {"kind": "bind"},
+        {"kind": "overlay"},
+    ],
 }
 READONLY = {"dir-readonly", "bind-readonly", "overlay-readonly"}
 
 
 def _layers(layers: list[dict[str, Any]]) -> list[Any]:
-    body = ", ".join("{" + ", ".join(f"{k} = {_toml(v)}" for k, v in layer.items()) + "}"
-                     for layer in layers)
-    plan = parse_plan(f'name = "t"\n[stacks.s]\nlayers = [{body}]\n'
-                      '[workloads.w]\nkind = "metadata"\n', "test")
+    body = ", ".join("{" + ", ".join(f"{k} = {_toml(v)}" for k, v in layer.items()) + "}" for layer in layers)
+    plan = parse_plan(
+        f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "metadata"\n', "test"
+    )
     return make_layers(plan, "s")
 
 
@@ -49,8 +60,7 @@ def _toml(value: Any) -> str:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Path, case: str
-                                             ) -> None:
+def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Path, case: str) -> None:
     layers = _layers(CASES[case])
     lacking = [m for layer in layers for m in layer.missing(layer.options)]
     if lacking:
@@ -66,8 +76,7 @@ def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Pat
             else:
                 probe.write_text("written through the stack")
                 assert probe.read_text() == "written through the stack"
-            made_mounts = [layer for layer in CASES[case] if layer["kind"] != "dir"
-                           or layer.get("readonly")]
+            made_mounts = [layer for layer in CASES[case] if layer["kind"] != "dir" or layer.get("readonly")]
             assert len(built.mount_lines) >= len(made_mounts)
             assert mounts.mounts_under(workdir) or not made_mounts
             if case.startswith("image"):
@@ -82,11 +91,11 @@ def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Pat
     assert scratch.journal.pending() == []
 
 
-def test_a_failing_layer_tears_down_the_layers_below(needs_root: None, scratch_root: Path
-                                                    ) -> None:
+def test_a_failing_layer_tears_down_the_layers_below(needs_root: None, scratch_root: Path) -> None:
     # An image larger than its tmpfs: mkfs fails after the tmpfs is mounted.
-    layers = _layers([{"kind": "tmpfs", "size": "16M"},
-                      {"kind": "image", "size": "64M", "preallocate": True}])
+    layers = _layers(
+        [{"kind": "tmpfs", "size": "16M"}, {"kind": "image", "size": "64M", "preallocate": True}]
+    )
     scratch = Scratch(scratch_root)
     with scratch.directory("trials", "t") as workdir:
         ctx = BuildContext(scratch=scratch, workdir=workdir)

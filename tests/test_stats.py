@@ -37,8 +37,7 @@ def test_ratio_p_value_and_verdict_match_scipy() -> None:
 
 
 def test_throughput_higher_is_faster() -> None:
-    row = stats.summarize("tmpfs", "w", "throughput", [200, 210, 205, 207, 202],
-                          [100, 101, 99, 102, 98])
+    row = stats.summarize("tmpfs", "w", "throughput", [200, 210, 205, 207, 202], [100, 101, 99, 102, 98])
     assert row.verdict == "faster"
 
 
@@ -64,15 +63,20 @@ def test_zero_baseline_gives_no_ratio() -> None:
 def test_smallest_possible_p_and_the_warning() -> None:
     assert stats.smallest_possible_p(3, 3) == pytest.approx(0.1)
     assert stats.smallest_possible_p(5, 5) == pytest.approx(2 / 252)
-    runs = [{"stack": s, "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
-            for s in ("a", "b") for v in (1.0, 1.1, 1.2)]
+    runs = [
+        {"stack": s, "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
+        for s in ("a", "b")
+        for v in (1.0, 1.1, 1.2)
+    ]
     rows = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"])
     assert any("no difference can be significant" in w for w in stats.warnings_for(rows, runs, "a"))
 
 
 def test_noisy_samples_warn() -> None:
-    runs = [{"stack": "a", "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
-            for v in (1.0, 1.5, 0.7, 1.2, 0.9)]
+    runs = [
+        {"stack": "a", "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
+        for v in (1.0, 1.5, 0.7, 1.2, 0.9)
+    ]
     rows = stats.summaries(runs, "a", ["a"], ["w"], ["wall_s"])
     assert any("CV > 5%" in w for w in stats.warnings_for(rows, runs, "a"))
 

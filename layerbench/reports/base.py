@@ -43,14 +43,25 @@ class ReportData:
         return [r for r in self.runs if r["status"] == "failed"]
 
     def unit(self, workload: str) -> str | None:
-        return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]),
-                    None)
+        return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]), None)
 
     def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
         """Per-counter medians over the measured runs (for the csh `time` line)."""
         group = stats.measured(self.runs).get((stack, workload), [])
-        keys = ("user_s", "sys_s", "wall_s", "cpu_pct", "maxrss_kb", "inblock", "oublock",
-                "majflt", "minflt", "nvcsw", "nivcsw", "helper_cpu_s")
+        keys = (
+            "user_s",
+            "sys_s",
+            "wall_s",
+            "cpu_pct",
+            "maxrss_kb",
+            "inblock",
+            "oublock",
+            "majflt",
+            "minflt",
+            "nvcsw",
+            "nivcsw",
+            "helper_cpu_s",
+        )
         return {k: float(np.median([r[k] for r in group])) for k in keys} if group else {}
 
 
@@ -66,6 +77,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
 
 
 # ---- shared formatting -----------------------------------------------------------------
+
 
 def csh_elapsed(seconds: float) -> str:
     """Elapsed time as csh prints it: 6:04.13, or 1:02:03 past an hour."""
@@ -130,8 +142,18 @@ def fmt_count(value: float | None) -> str:
 
 def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]]:
     """The per-workload table every human-facing format shows."""
-    header = ["stack", "wall (median) [95% CI]", "ratio [95% CI]", "verdict", "CPU %",
-              "faults maj/min", "block in+out", "throughput", "helper CPU", "n"]
+    header = [
+        "stack",
+        "wall (median) [95% CI]",
+        "ratio [95% CI]",
+        "verdict",
+        "CPU %",
+        "faults maj/min",
+        "block in+out",
+        "throughput",
+        "helper CPU",
+        "n",
+    ]
     rows = []
     unit = data.unit(workload)
     for stack in data.stacks:
@@ -140,34 +162,38 @@ def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[s
             rows.append([stack, "-", "-", "no successful runs", "-", "-", "-", "-", "-", "0"])
             continue
         medians = data.medians_of_runs(stack, workload)
-        rows.append([
-            stack,
-            fmt_median_ci(wall),
-            fmt_ratio(wall),
-            wall.verdict,
-            f"{medians['cpu_pct']:.1f}",
-            f"{fmt_count(medians['majflt'])}/{fmt_count(medians['minflt'])}",
-            f"{fmt_count(medians['inblock'])}+{fmt_count(medians['oublock'])}",
-            fmt_throughput(data.median(stack, workload, "throughput"), unit),
-            fmt_seconds(medians["helper_cpu_s"]) if medians["helper_cpu_s"] else "-",
-            str(wall.n),
-        ])
+        rows.append(
+            [
+                stack,
+                fmt_median_ci(wall),
+                fmt_ratio(wall),
+                wall.verdict,
+                f"{medians['cpu_pct']:.1f}",
+                f"{fmt_count(medians['majflt'])}/{fmt_count(medians['minflt'])}",
+                f"{fmt_count(medians['inblock'])}+{fmt_count(medians['oublock'])}",
+                fmt_throughput(data.median(stack, workload, "throughput"), unit),
+                fmt_seconds(medians["helper_cpu_s"]) if medians["helper_cpu_s"] else "-",
+                str(wall.n),
+            ]
+        )
     return header, rows
 
 
 def host_lines(host: dict[str, Any]) -> list[str]:
-    disks = ", ".join(
-        f"{d['name']} ({d['model']}, {d['scheduler']}, {format_size(d['size_bytes'])})"
-        for d in host.get("disks", [])
-    ) or "none found"
+    disks = (
+        ", ".join(
+            f"{d['name']} ({d['model']}, {d['scheduler']}, {format_size(d['size_bytes'])})"
+            for d in host.get("disks", [])
+        )
+        or "none found"
+    )
     fs = host.get("scratch_fs", {})
     return [
         f"CPU: {host.get('cpu_model')} ({host.get('cpus')} CPUs), "
         f"memory {format_size(host.get('memory_bytes', 0))}",
         f"OS: {host.get('distribution')}, {host.get('kernel')} ({host.get('virtualization')})",
         f"Disk: {disks}",
-        f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} "
-        f"({fs.get('options')})",
+        f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
     ]
 
 

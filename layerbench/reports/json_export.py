@@ -15,15 +15,25 @@ def render(data: ReportData) -> str:
         "schema_version": SCHEMA_VERSION,
         "experiment": {
             key: experiment[key]
-            for key in ("id", "name", "status", "seed", "baseline", "started", "finished",
-                        "plan_source", "plan_text", "version")
-        } | {"plan": experiment["plan"]},
+            for key in (
+                "id",
+                "name",
+                "status",
+                "seed",
+                "baseline",
+                "started",
+                "finished",
+                "plan_source",
+                "plan_text",
+                "version",
+            )
+        }
+        | {"plan": experiment["plan"]},
         "host": experiment["host"],
         "stacks": experiment["stacks"],
         "summary": [row.as_dict() for row in data.summaries],
         "runs": [
-            {key: run[key] for key in RUN_COLUMNS} | {"devices": run["devices"],
-                                                      "facts": run["facts"]}
+            {key: run[key] for key in RUN_COLUMNS} | {"devices": run["devices"], "facts": run["facts"]}
             for run in data.runs
         ],
         "warnings": data.warnings,

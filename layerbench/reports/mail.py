@@ -17,8 +17,9 @@ def render(data: ReportData) -> str:
         lines.append("")
     lines += ["Test:", "-----"]
     for name, workload in plan["workloads"].items():
-        settings = ", ".join(f"{k}={v}" for k, v in workload.items()
-                             if k != "kind" and v not in (None, "", []))
+        settings = ", ".join(
+            f"{k}={v}" for k, v in workload.items() if k != "kind" and v not in (None, "", [])
+        )
         lines.append(f"{name}: {workload['kind']} ({settings})")
     lines.append(
         f"{plan['reps']} measured runs per stack and workload after {plan['warmup']} warm-up, "
@@ -38,11 +39,15 @@ def render(data: ReportData) -> str:
         for stack in data.stacks:
             row = data.summary(stack, workload, "wall_s")
             if row is not None and row.verdict != "baseline":
-                lines.append(f"{stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
-                             + (f" (p={row.p_value:.3f})" if row.p_value is not None else ""))
+                lines.append(
+                    f"{stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
+                    + (f" (p={row.p_value:.3f})" if row.p_value is not None else "")
+                )
         lines.append("")
     if data.warnings:
         lines += ["Warnings:", "---------", *data.warnings, ""]
-    lines.append("(csh time fields: user, system, elapsed, CPU, 0+max RSS k, block in+out io, "
-                 "major page faults; Linux keeps no shared-memory sizes.)")
+    lines.append(
+        "(csh time fields: user, system, elapsed, CPU, 0+max RSS k, block in+out io, "
+        "major page faults; Linux keeps no shared-memory sizes.)"
+    )
     return "\n".join(lines) + "\n"

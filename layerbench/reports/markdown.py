@@ -27,15 +27,12 @@ def render(data: ReportData) -> str:
         lines += [f"  - `{m}`" for m in info.get("mount_lines", [])]
     for workload in data.workloads:
         header, rows = stack_table(data, workload)
-        lines += ["", f"### Workload `{workload}`", "", _row(header),
-                  _row(["---"] * len(header))]
+        lines += ["", f"### Workload `{workload}`", "", _row(header), _row(["---"] * len(header))]
         lines += [_row(r) for r in rows]
     failed = data.failed_runs()
     if failed:
-        lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]),
-                  _row(["---"] * 4)]
-        lines += [_row([r["stack"], r["workload"], str(r["rep"]), r["error"] or ""])
-                  for r in failed]
+        lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]
+        lines += [_row([r["stack"], r["workload"], str(r["rep"]), r["error"] or ""]) for r in failed]
     if data.warnings:
         lines += ["", "### Warnings", ""] + [f"- {w}" for w in data.warnings]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,5 @@ class BindLayer(Layer):
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         target = ctx.subdir(f"L{self.index}-bind")
-        with ctx.scratch.mounted(
-            str(below.path), target, bind=True, readonly_bind=self.options.readonly
-        ):
+        with ctx.scratch.mounted(str(below.path), target, bind=True, readonly_bind=self.options.readonly):
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=below.fs_size)

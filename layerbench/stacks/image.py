@@ -65,9 +65,7 @@ class ImageLayer(Layer):
             else:
                 handle.truncate(size)
         try:
-            system.run(
-                [f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, str(image)]
-            )
+            system.run([f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, str(image)])
             # mount -o loop sets the loop device to detach itself when unmounted.
             mount_options = ["loop", *options.mount_options]
             if options.readonly:

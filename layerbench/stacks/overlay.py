@@ -37,7 +37,9 @@ class OverlayLayer(Layer):
                 if options.upper == "tmpfs":
                     stack.enter_context(
                         ctx.scratch.mounted(
-                            "layerbench", upper_fs, fstype="tmpfs",
+                            "layerbench",
+                            upper_fs,
+                            fstype="tmpfs",
                             options=[f"size={options.upper_size}"],
                         )
                     )

@@ -41,5 +41,4 @@ class TmpfsLayer(Layer):
         if options.readonly:
             mount_options.append("ro")
         with ctx.scratch.mounted("layerbench", target, fstype="tmpfs", options=mount_options):
-            yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size,
-                          standalone=True)
+            yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size, standalone=True)

@@ -8,9 +8,7 @@ def main() -> None:
     root, files, size, per_dir, phases = sys.argv[1:6]
     count, size_bytes, per_dir_n = int(files), int(size), int(per_dir)
     payload = b"\xa5" * size_bytes
-    paths = [
-        os.path.join(root, f"d{i // per_dir_n:05d}", f"f{i:07d}") for i in range(count)
-    ]
+    paths = [os.path.join(root, f"d{i // per_dir_n:05d}", f"f{i:07d}") for i in range(count)]
     steps = phases.split(",")
     if "create" in steps:
         for d in range(-(-count // per_dir_n)):

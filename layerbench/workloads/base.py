@@ -55,9 +55,7 @@ class Workload(ABC):
         ]
 
     @abstractmethod
-    def prepare(
-        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
-    ) -> Prepared:
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         """Untimed: set up the target on the stack's top; return the timed command.
 
         Anything that must outlive this call (a staging tmpfs) is entered on resources,

@@ -35,13 +35,11 @@ class Command(Workload):
     summary = "any command line, run in the stack's top directory ($LAYERBENCH_TARGET)"
     tools = ("sh",)
 
-    def prepare(
-        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
-    ) -> Prepared:
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: CommandOptions = self.options  # type: ignore[assignment]
         env = {"LAYERBENCH_TARGET": str(stack.top)}
         if options.prepare.strip():
-            system.run(["sh", "-c", f"cd {shlex.quote(str(stack.top))} && {options.prepare}"],
-                       timeout=3600)
-        return Prepared(argv=shlex.split(options.run), cwd=stack.top, env=env,
-                        units=options.units, unit=options.unit)
+            system.run(["sh", "-c", f"cd {shlex.quote(str(stack.top))} && {options.prepare}"], timeout=3600)
+        return Prepared(
+            argv=shlex.split(options.run), cwd=stack.top, env=env, units=options.units, unit=options.unit
+        )

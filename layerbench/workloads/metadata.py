@@ -33,11 +33,17 @@ class Metadata(Workload):
     Options = MetadataOptions
     summary = "create, stat, read and delete many small files, then syncfs"
 
-    def prepare(
-        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
-    ) -> Prepared:
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: MetadataOptions = self.options  # type: ignore[assignment]
         work = stack.top / "metadata"
-        argv = [sys.executable, "-S", str(_CHILD), str(work), str(options.files),
-                str(parse_size(options.size)), str(options.files_per_dir), ",".join(options.phases)]
+        argv = [
+            sys.executable,
+            "-S",
+            str(_CHILD),
+            str(work),
+            str(options.files),
+            str(parse_size(options.size)),
+            str(options.files_per_dir),
+            ",".join(options.phases),
+        ]
         return Prepared(argv=argv, cwd=stack.top, units=options.files, unit="files")

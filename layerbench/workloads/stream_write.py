@@ -18,8 +18,7 @@ class StreamWriteOptions(WorkloadOptions):
     block_size: str = "1M"
     fill: float | str = Field(
         default=0,
-        description="untimed data written first: a fraction of the file system (0-0.95) "
-        "or a size",
+        description="untimed data written first: a fraction of the file system (0-0.95) or a size",
     )
     fsync: bool = True  # the final fsync is part of the timed run
     direct: bool = False  # O_DIRECT writes, bypassing the page cache
@@ -60,9 +59,7 @@ class StreamWrite(Workload):
         base = stack.fs_size or self.reference_fs_size or 2 * parse_size(options.size)
         return int(options.fill * base)
 
-    def prepare(
-        self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack
-    ) -> Prepared:
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: StreamWriteOptions = self.options  # type: ignore[assignment]
         block = parse_size(options.block_size)
         count = -(-parse_size(options.size) // block)
@@ -70,8 +67,14 @@ class StreamWrite(Workload):
         if fill:
             fill_file = stack.top / "fill.dat"
             system.run(
-                ["dd", "if=/dev/zero", f"of={fill_file}", "bs=1M", f"count={-(-fill // 2**20)}",
-                 "status=none"],
+                [
+                    "dd",
+                    "if=/dev/zero",
+                    f"of={fill_file}",
+                    "bs=1M",
+                    f"count={-(-fill // 2**20)}",
+                    "status=none",
+                ],
                 timeout=3600,
             )
             system.run(["sync", "-f", str(stack.top)])
@@ -81,11 +84,18 @@ class StreamWrite(Workload):
                 f"stream-write: {count * block} bytes do not fit in the "
                 f"{free.f_bavail * free.f_frsize} bytes free on {stack.top} after the fill"
             )
-        argv = ["dd", "if=/dev/zero", f"of={stack.top / 'stream.dat'}", f"bs={block}",
-                f"count={count}", "status=none"]
+        argv = [
+            "dd",
+            "if=/dev/zero",
+            f"of={stack.top / 'stream.dat'}",
+            f"bs={block}",
+            f"count={count}",
+            "status=none",
+        ]
         if options.fsync:
             argv.append("conv=fsync")
         if options.direct:
             argv.append("oflag=direct")
-        return Prepared(argv=argv, cwd=stack.top, units=count * block, unit="bytes",
-                        facts={"fill_bytes": fill})
+        return Prepared(
+            argv=argv, cwd=stack.top, units=count * block, unit="bytes", facts={"fill_bytes": fill}
+        )

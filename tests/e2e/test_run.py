@@ -59,8 +59,13 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     scratch = TEST_ROOT / "e2e-run"
     done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch))
     assert done.returncode == 0, done.stderr
-    return {"db": db, "scratch": scratch, "stdout": Path(base / "stdout.txt"),
-            "plan": plan, "out": done.stdout}  # type: ignore[dict-item]
+    return {
+        "db": db,
+        "scratch": scratch,
+        "stdout": Path(base / "stdout.txt"),
+        "plan": plan,
+        "out": done.stdout,
+    }  # type: ignore[dict-item]
 
 
 def _report(experiment: dict[str, Path], fmt: str) -> str:
@@ -97,8 +102,21 @@ def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> No
     assert sum(r["warmup"] for r in runs) == 5 * 4
     for run in runs:
         assert run["status"] == "ok", run
-        for key in ("wall_s", "user_s", "sys_s", "cpu_pct", "maxrss_kb", "minflt", "majflt",
-                    "inblock", "oublock", "nvcsw", "nivcsw", "read_bytes", "write_bytes"):
+        for key in (
+            "wall_s",
+            "user_s",
+            "sys_s",
+            "cpu_pct",
+            "maxrss_kb",
+            "minflt",
+            "majflt",
+            "inblock",
+            "oublock",
+            "nvcsw",
+            "nivcsw",
+            "read_bytes",
+            "write_bytes",
+        ):
             assert run[key] is not None and run[key] >= 0
     writes = [r for r in runs if r["workload"] == "write"]
     assert all(r["units"] == 32 * 2**20 and r["throughput"] > 0 for r in writes)
@@ -118,8 +136,11 @@ def test_mail_has_one_csh_time_line_per_stack(experiment: dict[str, Path]) -> No
     mail = _report(experiment, "mail")
     for block in ("Hardware/OS:", "Config image:", "Test:", "Numbers, write"):
         assert block in mail
-    csh = re.compile(r"^(\w+): +\d+\.\d{3}u \d+\.\d{3}s \d+:\d\d\.\d\d \d+\.\d% 0\+\d+k "
-                     r"\d+\+\d+io \d+pf\+0w$", re.MULTILINE)
+    csh = re.compile(
+        r"^(\w+): +\d+\.\d{3}u \d+\.\d{3}s \d+:\d\d\.\d\d \d+\.\d% 0\+\d+k "
+        r"\d+\+\d+io \d+pf\+0w$",
+        re.MULTILINE,
+    )
     stacks_per_workload = [m.group(1) for m in csh.finditer(mail)]
     assert stacks_per_workload.count("disk") == 4
     assert sorted(set(stacks_per_workload)) == ["bind", "disk", "image", "ram", "union"]
@@ -139,15 +160,13 @@ def test_csv_markdown_and_text_parse(experiment: dict[str, Path]) -> None:
 
 def test_report_to_a_file(experiment: dict[str, Path], tmp_path: Path) -> None:
     target = tmp_path / "report.json"
-    cli("report", "--db", str(experiment["db"]), "--format", "json", "-o", str(target),
-        check=True)
+    cli("report", "--db", str(experiment["db"]), "--format", "json", "-o", str(target), check=True)
     assert json.loads(target.read_text())["experiment"]["name"] == "e2e"
 
 
 def test_store_holds_plan_and_host(experiment: dict[str, Path]) -> None:
     db = sqlite3.connect(experiment["db"])
-    plan_text, status, host = db.execute(
-        "SELECT plan_text, status, host_json FROM experiments").fetchone()
+    plan_text, status, host = db.execute("SELECT plan_text, status, host_json FROM experiments").fetchone()
     assert plan_text == experiment["plan"].read_text() and status == "done"
     assert json.loads(host)["tools"]["tar"].startswith("tar")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -37,35 +37,41 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("plan_text", "expected"),
     [
         ('name = "x"\nreps = 0\n[stacks.a]\n[workloads.w]\nkind="metadata"\n', "reps:"),
-        ('name = "x"\n[stacks.a]\nlayers=[{kind="zfs"}]\n[workloads.w]\nkind="metadata"\n',
-         "layer kind 'zfs'; valid kinds:"),
-        ('name = "x"\nbaseline="b"\n[stacks.a]\n[workloads.w]\nkind="metadata"\n',
-         "names no stack"),
-        ('name = "x"\n[stacks.a]\n[workloads.w]\nkind="extract"\narchive="/no/such.tar"\n',
-         "no such archive file"),
-        ('name = "x"\n[stacks.a]\nlayers=[{kind="tmpfs",size="lots"}]\n'
-         '[workloads.w]\nkind="metadata"\n', "is not a size"),
+        (
+            'name = "x"\n[stacks.a]\nlayers=[{kind="zfs"}]\n[workloads.w]\nkind="metadata"\n',
+            "layer kind 'zfs'; valid kinds:",
+        ),
+        ('name = "x"\nbaseline="b"\n[stacks.a]\n[workloads.w]\nkind="metadata"\n', "names no stack"),
+        (
+            'name = "x"\n[stacks.a]\n[workloads.w]\nkind="extract"\narchive="/no/such.tar"\n',
+            "no such archive file",
+        ),
+        (
+            'name = "x"\n[stacks.a]\nlayers=[{kind="tmpfs",size="lots"}]\n[workloads.w]\nkind="metadata"\n',
+            "is not a size",
+        ),
         ("this is not toml", "not valid TOML"),
     ],
 )
 def test_bad_plans_exit_2_with_one_line(tmp_path: Path, plan_text: str, expected: str) -> None:
     db = tmp_path / "r.db"
-    line = one_line_error(cli("run", str(_write(tmp_path, plan_text)), "--db", str(db),
-                              "--scratch", str(tmp_path / "s")))
+    line = one_line_error(
+        cli("run", str(_write(tmp_path, plan_text)), "--db", str(db), "--scratch", str(tmp_path / "s"))
+    )
     assert expected in line and str(tmp_path / "plan.toml") in line
     assert not db.exists(), "bad input must write nothing"
 
 
 def test_other_bad_input(tmp_path: Path) -> None:
     assert "no such plan file" in one_line_error(cli("run", str(tmp_path / "nope.toml")))
-    assert "refusing '/'" in one_line_error(cli("run", "--scratch", "/", "--db",
-                                                str(tmp_path / "r.db")))
+    assert "refusing '/'" in one_line_error(cli("run", "--scratch", "/", "--db", str(tmp_path / "r.db")))
     assert "no results database" in one_line_error(cli("report", "--db", str(tmp_path / "x")))
 
 
 def test_missing_tool_names_the_package(tmp_path: Path) -> None:
-    plan = _write(tmp_path, 'name = "x"\n[stacks.a]\nlayers=[{kind="image",fs="xfs"}]\n'
-                            '[workloads.w]\nkind="metadata"\n')
+    plan = _write(
+        tmp_path, 'name = "x"\n[stacks.a]\nlayers=[{kind="image",fs="xfs"}]\n[workloads.w]\nkind="metadata"\n'
+    )
     env_path = tmp_path / "bin"
     env_path.mkdir()
     for tool in ("mount", "umount", "losetup", "sh", "dd", "sync", "tar"):
@@ -73,9 +79,21 @@ def test_missing_tool_names_the_package(tmp_path: Path) -> None:
         if found:
             (env_path / tool).symlink_to(found)
     done = subprocess.run(
-        [sys.executable, "-m", "layerbench", "run", str(plan), "--db", str(tmp_path / "r.db"),
-         "--scratch", str(tmp_path / "s")], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(env_path)})
+        [
+            sys.executable,
+            "-m",
+            "layerbench",
+            "run",
+            str(plan),
+            "--db",
+            str(tmp_path / "r.db"),
+            "--scratch",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PATH": str(env_path)},
+    )
     if os.geteuid() != 0:
         pytest.skip("needs root to reach the tool check")
     line = one_line_error(done)
@@ -88,10 +106,24 @@ def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Pa
     scratch = TEST_ROOT / f"interrupt-{tmp_path.name}"
     db = tmp_path / "r.db"
     child = subprocess.Popen(
-        [sys.executable, "-m", "layerbench", "run", str(_write(tmp_path, SLOW_PLAN)),
-         "--db", str(db), "--scratch", str(scratch), "--quiet", *extra],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "layerbench",
+            "run",
+            str(_write(tmp_path, SLOW_PLAN)),
+            "--db",
+            str(db),
+            "--scratch",
+            str(scratch),
+            "--quiet",
+            *extra,
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return child, scratch, db
 
 
