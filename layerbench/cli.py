@@ -60,6 +60,27 @@ def _parser() -> argparse.ArgumentParser:
         help="mount in the host's mount namespace (visible in its mount table)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no final report")
+    run.add_argument(
+        "--resume",
+        type=int,
+        metavar="EXPERIMENT",
+        help="run only the trials an interrupted experiment is missing",
+    )
+    run.add_argument(
+        "--allow-device",
+        action="append",
+        default=[],
+        metavar="/dev/X",
+        help="let an image layer format this real block device (repeatable)",
+    )
+    run.add_argument(
+        "--force", action="store_true", help="with --allow-device: format it even if it holds a file system"
+    )
+
+    check = commands.add_parser("check", help="validate a plan and show its trials, without running")
+    check.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
+    check.add_argument("--reps", type=int)
+    check.add_argument("--quick", action="store_true")
 
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
     report.add_argument("experiment", nargs="?", type=int, help="experiment id")
@@ -104,9 +125,11 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
     if args.reps is not None and args.reps < 1:
         raise UserError("--reps: must be at least 1")
+    if args.resume is not None and (args.plan or args.reps or args.quick):
+        raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
+    plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
     if os.geteuid() != 0:
         raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
     warnings: list[str] = []
@@ -115,17 +138,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         if reason:
             warnings.append(f"mounts are in the host's namespace: {reason}")
     scratch = Scratch(args.scratch)
-    scratch.lock(f"layerbench run {plan.source}")
+    scratch.lock("layerbench run")
     try:
         for line in scratch.clean():
             console.print(f"recovered from an earlier run: {line}")
+        if args.resume is not None and not args.db.exists():
+            raise UserError(f"{args.db}: no results database to resume from")
         store = Store(args.db)
         for ident in store.mark_running_interrupted():
             console.print(f"experiment {ident} was killed; marked interrupted")
-        experiment = Experiment(plan, store, scratch)
+        permissions = {"allowed_devices": frozenset(args.allow_device), "force": args.force}
+        if args.resume is not None:
+            experiment = Experiment.resume(store, scratch, args.resume, **permissions)
+        else:
+            assert plan is not None
+            experiment = Experiment(plan, store, scratch, **permissions)
         with _interruptible(scratch):
             try:
                 experiment.prepare(warnings)
+                scratch.describe_holder(
+                    f"layerbench run {experiment.plan.source}, experiment {experiment.id}"
+                )
                 _run_with_progress(experiment, quiet=args.quiet)
             except KeyboardInterrupt:
                 console.print(
@@ -170,6 +203,19 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
             progress.update(task, advance=1, description=f"{what}{last}")
 
         experiment.run(update)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
+    from layerbench.experiment import schedule
+
+    trials = schedule(plan, plan.seed or 0)
+    out.print(
+        f"{plan.source}: plan {plan.name!r} is valid: {len(plan.stacks)} stacks x "
+        f"{len(plan.workloads)} workloads x ({plan.warmup} warm-up + {plan.reps} measured) = "
+        f"{len(trials)} trials; baseline {plan.baseline}"
+    )
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -234,7 +280,13 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "clean": cmd_clean}
+COMMANDS = {
+    "run": cmd_run,
+    "check": cmd_check,
+    "report": cmd_report,
+    "list": cmd_list,
+    "clean": cmd_clean,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,14 +8,14 @@ timed run, store, tear down -> mark the experiment done.
 import contextlib
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerbench import __version__, host, measure
+from layerbench import __version__, failpoints, host, measure
 from layerbench.errors import SetupError, UserError
-from layerbench.plan import Plan
+from layerbench.plan import Plan, parse_plan
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, build_stack
 from layerbench.store import Store, now
@@ -53,8 +53,13 @@ def make_workloads(plan: Plan) -> dict[str, Workload]:
     return workloads
 
 
-def check_host(plan: Plan, workloads: dict[str, Workload]) -> None:
-    """Everything the plan needs is installed, or one line says what to install."""
+def check_host(
+    plan: Plan,
+    workloads: dict[str, Workload],
+    allowed_devices: frozenset[str] = frozenset(),
+    force: bool = False,
+) -> None:
+    """Everything the plan needs is installed and allowed, or one line says what to do."""
     if os.geteuid() != 0:
         raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
     for stack, layers in plan.stacks.items():
@@ -62,6 +67,10 @@ def check_host(plan: Plan, workloads: dict[str, Workload]) -> None:
             lacks = LAYER_KINDS[options.kind].missing(options)
             if lacks:
                 raise UserError(f"stack {stack}: layer {options.kind} needs {lacks[0]}")
+        for layer in make_layers(plan, stack):
+            refusal = layer.refusal(allowed_devices, force)
+            if refusal:
+                raise UserError(f"stack {stack}: {refusal}")
     for name, workload in workloads.items():
         lacks = workload.missing(workload.options)
         if lacks:
@@ -100,22 +109,64 @@ ProgressCallback = Callable[[Trial, int, dict[str, Any] | None], None]
 class Experiment:
     """One execution of a plan, stored under an id."""
 
-    def __init__(self, plan: Plan, store: Store, scratch: Scratch) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        store: Store,
+        scratch: Scratch,
+        *,
+        seed: int | None = None,
+        allowed_devices: frozenset[str] = frozenset(),
+        force: bool = False,
+    ) -> None:
         self.plan = plan
+        self.allowed_devices = allowed_devices
+        self.force = force
         self.store = store
         self.scratch = scratch
-        self.seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
+        if seed is None:
+            seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
+        self.seed = seed
         self.workloads = make_workloads(plan)
         self.trials = schedule(plan, self.seed)
         self.id: int | None = None
         self._stacks_seen: set[str] = set()
+        self._finished: set[int] = set()  # trial indices already stored (when resuming)
+
+    @classmethod
+    def resume(cls, store: Store, scratch: Scratch, experiment_id: int, **permissions: Any) -> "Experiment":
+        """The stored experiment, ready to run only the trials it is missing."""
+        record = store.experiment(experiment_id)
+        if record["status"] == "done":
+            raise UserError(f"experiment {experiment_id} is complete; nothing to resume")
+        if record["status"] == "running":
+            raise UserError(f"experiment {experiment_id} is still running (pid {record['pid']})")
+        options = record["plan"].get("run_options", {})
+        plan = parse_plan(
+            record["plan_text"],
+            record["plan_source"],
+            quick=options.get("quick", False),
+            reps=options.get("reps"),
+        )
+        experiment = cls(plan, store, scratch, seed=record["seed"], **permissions)
+        experiment.id = experiment_id
+        experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
+        experiment._stacks_seen = set(record["stacks"])
+        return experiment
+
+    @property
+    def missing_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.index not in self._finished]
 
     def prepare(self, warnings: list[str]) -> None:
         """Checks and one-time preparation; nothing is written to the store before this."""
-        check_host(self.plan, self.workloads)
+        check_host(self.plan, self.workloads, self.allowed_devices, self.force)
         for workload in self.workloads.values():
             if hasattr(workload, "archive"):
                 workload.archive  # noqa: B018 - packs a built-in archive once, untimed
+        if self.id is not None:  # resuming a stored experiment
+            self.store.reopen_experiment(self.id)
+            return
         self.id = self.store.create_experiment(
             name=self.plan.name,
             plan_source=self.plan.source,
@@ -131,13 +182,14 @@ class Experiment:
     def run(self, progress: ProgressCallback | None = None) -> int:
         assert self.id is not None, "prepare() first"
         status = "failed"
+        todo = self.missing_trials
         try:
-            for trial in self.trials:
+            for trial in todo:
                 if progress:
-                    progress(trial, len(self.trials), None)
+                    progress(trial, len(todo), None)
                 row = self.run_trial(trial)
                 if progress:
-                    progress(trial, len(self.trials), row)
+                    progress(trial, len(todo), row)
             status = "done"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -154,14 +206,21 @@ class Experiment:
         with self.scratch.directory("trials", f"e{self.id}-t{trial.index}") as workdir:
             try:
                 with contextlib.ExitStack() as resources:
-                    ctx = BuildContext(scratch=self.scratch, workdir=workdir)
+                    ctx = BuildContext(
+                        scratch=self.scratch,
+                        workdir=workdir,
+                        allowed_devices=self.allowed_devices,
+                        force=self.force,
+                    )
                     built = resources.enter_context(build_stack(ctx, make_layers(self.plan, trial.stack)))
+                    failpoints.reached("stack-built")
                     devices = built.devices()
                     if trial.stack not in self._stacks_seen:
                         self._record_stack(trial.stack, built, devices)
                     prepared = workload.prepare(ctx, built, resources)
                     facts.update(prepared.facts)
                     measure.drop_caches()
+                    child = resources.enter_context(self._journaled_child(trial))
                     counters = measure.run_timed(
                         prepared.argv,
                         cwd=prepared.cwd,
@@ -170,7 +229,9 @@ class Experiment:
                         devices=devices,
                         helper_pids=built.helper_pids,
                         stderr_path=workdir / "stderr",
+                        on_start=child,
                     )
+                    failpoints.reached("run-finished")
                 row = counters.as_row()
                 if counters.status == "ok" and prepared.units and counters.wall_s > 0:
                     row["units"], row["unit"] = prepared.units, prepared.unit
@@ -187,6 +248,22 @@ class Experiment:
         )
         self.store.add_run(self.id, row, row.pop("devices"), facts)
         return row
+
+    @contextlib.contextmanager
+    def _journaled_child(self, trial: Trial) -> Iterator[Callable[[int], None]]:
+        """The timed child's process group goes into the journal, so that after a SIGKILL
+        of layerbench `clean` can stop it (it would keep the stack's mounts busy)."""
+        idents: list[int] = []
+
+        def started(pid: int) -> None:
+            idents.append(self.scratch.journal.add("group", f"run of trial {trial.index}", pgid=pid))
+            failpoints.reached("run-started")
+
+        try:
+            yield started
+        finally:
+            for ident in idents:
+                self.scratch.journal.done(ident)
 
     def _record_stack(self, name: str, built: Any, devices: list[str]) -> None:
         assert self.id is not None

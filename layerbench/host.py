@@ -37,13 +37,19 @@ def _distribution() -> str:
     return fields.get("PRETTY_NAME", "unknown")
 
 
+# PCI vendor ids of paravirtual disks, which report no model string.
+_VENDORS = {"0x1af4": "virtio disk", "0x15ad": "VMware disk", "0x1414": "Hyper-V disk"}
+
+
 def _disk(name: str) -> dict[str, Any]:
     base = f"/sys/block/{name}"
     scheduler = _read(f"{base}/queue/scheduler") or ""
     active = next((w.strip("[]") for w in scheduler.split() if w.startswith("[")), scheduler)
+    vendor = _read(f"{base}/device/vendor")
+    model = _read(f"{base}/device/model") or _VENDORS.get(vendor or "", vendor) or "unknown"
     return {
         "name": name,
-        "model": _read(f"{base}/device/model") or _read(f"{base}/device/vendor") or "virtual",
+        "model": model,
         "scheduler": active,
         "rotational": _read(f"{base}/queue/rotational") == "1",
         "size_bytes": int(_read(f"{base}/size") or 0) * 512,

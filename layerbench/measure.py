@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,9 +98,11 @@ def run_timed(
     devices: list[str] = (),  # type: ignore[assignment]
     helper_pids: list[int] = (),  # type: ignore[assignment]
     stderr_path: Path | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> RunCounters:
     """Run argv to completion and measure it. The child runs in its own process group so
-    a timeout or Ctrl-C can stop every process it started."""
+    a timeout or Ctrl-C can stop every process it started. on_start(pid) is told the
+    child's pid (its process group id) at once, for the journal."""
     full_env = {**os.environ, **(env or {})}
     stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     disks_before = read_diskstats(list(devices))
@@ -122,6 +125,8 @@ def run_timed(
         raise_msg = f"cannot start {argv[0]}: {exc.strerror}"
         return failed(raise_msg)
     try:
+        if on_start is not None:
+            on_start(child.pid)
         pidfd = os.pidfd_open(child.pid)
         try:
             poller = select.poll()

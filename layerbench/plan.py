@@ -57,6 +57,8 @@ class Plan(BaseModel):
     workloads: dict[str, WorkloadOptions]
     source: str  # the file, or builtin:NAME
     text: str  # the TOML as given
+    quick: bool = False  # --quick was given
+    reps_override: int | None = None  # --reps was given
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,8 @@ class Plan(BaseModel):
             "seed": self.seed,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
+            # What `run --resume` needs to rebuild the very same schedule from the text.
+            "run_options": {"quick": self.quick, "reps": self.reps_override},
         }
 
 
@@ -170,6 +174,8 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         workloads=workloads,
         source=source,
         text=text,
+        quick=quick,
+        reps_override=reps,
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import mounts, system
+from layerbench import failpoints, mounts, system
 from layerbench.errors import SetupError, UserError
 
 MARKER = ".layerbench-scratch"
@@ -76,10 +76,10 @@ class Journal:
         self._next = 1 + max((r.ident for r in self.pending()), default=0)
 
     def _append(self, record: dict[str, object]) -> None:
+        # A write(2) survives SIGKILL of this process, which is what the journal is for;
+        # an fsync would cost milliseconds, and the journal is written around timed runs.
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
 
     def add(self, kind: str, target: str | os.PathLike[str], **info: object) -> int:
         ident = self._next
@@ -167,6 +167,26 @@ def stop_process(pid: int, start_time: str | None, *, hurry: bool = False) -> bo
     return True
 
 
+def stop_process_group(pgid: int, start_time: str | None) -> bool:
+    """Kill every process of a group we started (a timed child and what it forked)."""
+    leader_start = _process_start_time(pgid)
+    if leader_start is not None and start_time is not None and leader_start != start_time:
+        return False  # the id was reused by another process: not ours
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return bool(members)
+
+
 def remove_path(target: str, root: Path) -> bool:
     path = Path(target)
     if not str(path).startswith(str(root) + "/"):
@@ -199,6 +219,7 @@ class Scratch:
 
     # -- lock
     def lock(self, what: str) -> None:
+        """Take the root for this process; what says who holds it, for a refused second run."""
         handle = open(self.root / "lock", "a+")  # noqa: SIM115 - held for the run's lifetime
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -214,6 +235,15 @@ class Scratch:
         handle.write(f"pid {os.getpid()} ({what})\n")
         handle.flush()
         self._lock_handle = handle
+
+    def describe_holder(self, what: str) -> None:
+        """Say more about the holder once known (the experiment id)."""
+        handle = self._lock_handle
+        if handle is not None:
+            handle.seek(0)  # type: ignore[attr-defined]
+            handle.truncate()  # type: ignore[attr-defined]
+            handle.write(f"pid {os.getpid()} ({what})\n")  # type: ignore[attr-defined]
+            handle.flush()  # type: ignore[attr-defined]
 
     def tidy(self) -> None:
         """After a clean finish: an empty journal and no empty trial directory remain."""
@@ -268,6 +298,7 @@ class Scratch:
             yield target
         finally:
             unmount_path(str(target), hurry=self.hurry)
+            failpoints.reached("teardown")
             self.journal.done(ident)
 
     @contextlib.contextmanager
@@ -311,11 +342,18 @@ class Scratch:
         removed: list[str] = []
         pending = self.journal.pending()
         # Daemons first: a FUSE daemon keeps a dead run's mount namespace alive.
-        ordered = [r for r in reversed(pending) if r.kind == "process"] + [
-            r for r in reversed(pending) if r.kind != "process"
+        ordered = [r for r in reversed(pending) if r.kind in ("group", "process")] + [
+            r for r in reversed(pending) if r.kind not in ("group", "process")
         ]
         for resource in ordered:
-            if resource.kind == "process":
+            if resource.kind == "group":
+                pgid = resource.info.get("pgid")
+                if isinstance(pgid, int) and stop_process_group(
+                    pgid,
+                    resource.info.get("start_time"),  # type: ignore[arg-type]
+                ):
+                    removed.append(f"killed {resource.target} (process group {pgid})")
+            elif resource.kind == "process":
                 pid = resource.info.get("pid")
                 if isinstance(pid, int) and stop_process(
                     pid,

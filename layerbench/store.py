@@ -186,6 +186,13 @@ class Store:
             (status, now(), experiment_id),
         )
 
+    def reopen_experiment(self, experiment_id: int) -> None:
+        """An interrupted experiment runs again (for --resume), under this process."""
+        self.db.execute(
+            "UPDATE experiments SET status = 'running', finished = NULL, pid = ? WHERE id = ?",
+            (os.getpid(), experiment_id),
+        )
+
     def mark_running_interrupted(self) -> list[int]:
         """Experiments whose process is gone (killed) become 'interrupted'."""
         ids = [

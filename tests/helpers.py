@@ -33,11 +33,11 @@ def cli(
 
 def leftovers(root: Path) -> list[str]:
     """Mounts, loop devices and helper processes that reference root, seen from the host."""
-    prefix = str(root)
+    prefix = str(root).rstrip("/") + "/"
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         mount_point = line.split()[4].replace("\\040", " ")
-        if mount_point.startswith(prefix):
+        if (mount_point + "/").startswith(prefix):
             found.append(f"mount {mount_point}")
     for loop in Path("/sys/block").glob("loop*"):
         backing = loop / "loop" / "backing_file"
@@ -50,7 +50,7 @@ def leftovers(root: Path) -> list[str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if prefix in cmdline and re.search(r"bindfs|qemu-system|fuse", cmdline):
+        if prefix.rstrip("/") in cmdline and re.search(r"bindfs|qemu-system|fuse", cmdline):
             found.append(f"process {proc.name}: {cmdline.strip()}")
     return found
 

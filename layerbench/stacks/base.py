@@ -43,6 +43,8 @@ class Exposed:
 class BuildContext:
     scratch: Scratch
     workdir: Path  # this trial's own directory in the scratch root
+    allowed_devices: frozenset[str] = frozenset()  # block devices the user let us format
+    force: bool = False  # format them even if they hold a file system
 
     def subdir(self, name: str) -> Path:
         path = self.workdir / name
@@ -83,6 +85,10 @@ class Layer(ABC):
     @classmethod
     def extra_tools(cls, options: LayerOptions | None) -> tuple[str, ...]:
         return ()
+
+    def refusal(self, allowed_devices: frozenset[str], force: bool) -> str | None:
+        """Why this layer must not be built with these permissions; None if it may."""
+        return None
 
     @abstractmethod
     def expose(self, ctx: BuildContext, below: Exposed) -> contextlib.AbstractContextManager[Exposed]:

@@ -3,13 +3,16 @@
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Literal
 
 from pydantic import field_validator
 
 from layerbench import system
-from layerbench.mounts import mount_of
+from layerbench.errors import UserError
+from layerbench.mounts import mount_of, mount_table
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
@@ -30,6 +33,7 @@ class ImageOptions(LayerOptions):
     mount_options: list[str] = []
     direct_io: bool = False  # loop device reads/writes the image file with O_DIRECT
     preallocate: bool = False  # fallocate the image instead of a sparse file
+    device: str | None = None  # a real block device instead of an image file (--allow-device)
 
     @field_validator("size")
     @classmethod
@@ -53,11 +57,23 @@ class ImageLayer(Layer):
     def fs_size(self) -> int | None:
         return parse_size(self.options.size)  # type: ignore[attr-defined]
 
+    def refusal(self, allowed_devices: frozenset[str], force: bool) -> str | None:
+        device = self.options.device  # type: ignore[attr-defined]
+        if device is None:
+            return None
+        return device_refusal(device, allowed_devices, force)
+
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         options: ImageOptions = self.options  # type: ignore[assignment]
+        if options.device is not None:
+            with self._on_device(ctx, options) as exposed:
+                yield exposed
+            return
         size = parse_size(options.size)
         image = below.path / f"layer{self.index}.img"
+        if not str(image).startswith(str(ctx.scratch.root) + "/"):
+            raise UserError(f"refusing to make an image at {image}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-image")
         with open(image, "wb") as handle:
             if options.preallocate:
@@ -80,3 +96,39 @@ class ImageLayer(Layer):
             # The image lives on the layer below; remove it before that layer goes away.
             with contextlib.suppress(FileNotFoundError):
                 image.unlink()
+
+    @contextlib.contextmanager
+    def _on_device(self, ctx: BuildContext, options: ImageOptions) -> Iterator[Exposed]:
+        assert options.device is not None
+        # The signature check was done once before the experiment: from then on the device is
+        # ours, and the file system our previous trial left on it is no reason to stop.
+        refusal = device_refusal(options.device, ctx.allowed_devices, force=True)
+        if refusal:
+            raise UserError(refusal)
+        target = ctx.subdir(f"L{self.index}-device")
+        system.run([f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, options.device])
+        mount_options = [*options.mount_options, *(["ro"] if options.readonly else [])]
+        with ctx.scratch.mounted(options.device, target, fstype=options.fs, options=mount_options):
+            size = int(Path(f"/sys/class/block/{Path(options.device).resolve().name}/size").read_text()) * 512
+            yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)
+
+
+def device_refusal(device: str, allowed: frozenset[str], force: bool) -> str | None:
+    """A real block device is formatted only when named with --allow-device, and never
+    while mounted or holding a file system signature, unless --force as well."""
+    real = os.path.realpath(device)
+    if not any(os.path.realpath(a) == real for a in allowed):
+        return f"refusing to format {device}: name it with --allow-device {device}"
+    if not Path(real).is_block_device():
+        return f"refusing to format {device}: not a block device"
+    name = Path(real).name
+    if any(os.path.realpath(e.source) == real for e in mount_table()) or any(
+        Path("/sys/class/block", name, "holders").glob("*")
+    ):
+        return f"refusing to format {device}: it is mounted or in use"
+    signature = subprocess.run(
+        ["blkid", "-p", "-o", "value", "-s", "TYPE", real], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if signature and not force:
+        return f"refusing to format {device}: it holds a {signature} file system; add --force to erase it"
+    return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench.archives import Archive, builtin_archive, user_archive
+from layerbench.archives import BUILTIN, Archive, builtin_archive, user_archive
 from layerbench.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
@@ -23,7 +23,12 @@ class ExtractOptions(WorkloadOptions):
     @field_validator("archive")
     @classmethod
     def _archive(cls, value: str) -> str:
-        if not value.startswith("builtin:") and not Path(value).is_file():
+        if value.startswith("builtin:"):
+            if value.removeprefix("builtin:") not in BUILTIN:
+                valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
+                raise ValueError(f"unknown built-in archive {value!r}; valid: {valid}, or a path")
+            return value
+        if not Path(value).is_file():
             raise ValueError(f"no such archive file {value!r}; give a path or builtin:source-tree")
         return value
 

@@ -17,7 +17,7 @@ class StreamWriteOptions(WorkloadOptions):
     size: str = "1G"
     block_size: str = "1M"
     fill: float | str = Field(
-        default=0,
+        default=0.0,
         description="untimed data written first: a fraction of the file system (0-0.95) or a size",
     )
     fsync: bool = True  # the final fsync is part of the timed run

@@ -1,0 +1,282 @@
+"""Crash recovery, resume, the lock, faults during runs, and real block devices."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TEST_ROOT, cli, leftovers, one_line_error
+
+pytestmark = pytest.mark.e2e
+
+PLAN = """
+name = "recover"
+reps = 2
+warmup = 0
+seed = 3
+[stacks.image]
+layers = [{ kind = "image", size = "64M" }, { kind = "bind" }]
+[stacks.ram]
+layers = [{ kind = "tmpfs", size = "64M" }]
+[workloads.write]
+kind = "stream-write"
+size = "8M"
+[workloads.nap]
+kind = "command"
+run = "sleep 0.3"
+"""
+TRIALS = 2 * 2 * 2
+
+
+def _plan(tmp_path: Path, text: str = PLAN) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def _popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "layerbench", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return
+        if child.poll() is not None:
+            raise AssertionError(f"run ended before the failpoint: {child.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError("the failpoint was never reached")
+
+
+def _db_facts(db: Path) -> tuple[str, int, str]:
+    connection = sqlite3.connect(db)
+    status = connection.execute("SELECT status FROM experiments").fetchone()[0]
+    runs = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+    integrity = connection.execute("PRAGMA integrity_check").fetchone()[0]
+    return status, runs, integrity
+
+
+@pytest.mark.parametrize("point", ["stack-built", "run-started", "run-finished", "teardown"])
+@pytest.mark.parametrize("namespace", [False, True], ids=["host-namespace", "private-namespace"])
+def test_kill_9_anywhere_then_clean_and_resume(
+    needs_root: None, tmp_path: Path, point: str, namespace: bool
+) -> None:
+    scratch = TEST_ROOT / f"kill-{point}-{namespace}"
+    db = tmp_path / "r.db"
+    extra = [] if namespace else ["--no-namespace"]
+    child = _popen(
+        "run",
+        str(_plan(tmp_path)),
+        "--db",
+        str(db),
+        "--scratch",
+        str(scratch),
+        "--quiet",
+        *extra,
+        env={"LAYERBENCH_STOP_AT": point},
+    )
+    _wait_stopped(child)
+    child.kill()
+    child.communicate(timeout=60)
+    if not namespace and point in ("stack-built", "run-started"):
+        assert any("mount" in item for item in leftovers(scratch)), "a mount should be left to clean"
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert "marked interrupted" in done.stdout
+    assert leftovers(scratch) == [], done.stdout
+    assert not (scratch / "trials").exists()
+    status, runs_before, integrity = _db_facts(db)
+    assert (status, integrity) == ("interrupted", "ok")
+    resumed = cli("run", "--resume", "1", "--db", str(db), "--scratch", str(scratch), "--quiet", *extra)
+    assert resumed.returncode == 0, resumed.stderr
+    status, runs_after, integrity = _db_facts(db)
+    assert (status, runs_after, integrity) == ("done", TRIALS, "ok")
+    trials = [r[0] for r in sqlite3.connect(db).execute("SELECT trial FROM runs ORDER BY trial")]
+    assert trials == list(range(TRIALS)), "each trial exactly once"
+    assert runs_before <= runs_after and leftovers(scratch) == []
+
+
+def test_a_killed_childs_process_group_is_stopped_by_clean(needs_root: None, tmp_path: Path) -> None:
+    # The timed child outlives a SIGKILL of layerbench and keeps the namespace's mounts and
+    # loop device alive; clean must find it through the journal.
+    plan = PLAN.replace('run = "sleep 0.3"', 'run = "sleep 120"').replace(
+        '[workloads.write]\nkind = "stream-write"\nsize = "8M"\n', ""
+    )
+    scratch = TEST_ROOT / "kill-orphan"
+    db = tmp_path / "r.db"
+    child = _popen(
+        "run",
+        str(_plan(tmp_path, plan)),
+        "--db",
+        str(db),
+        "--scratch",
+        str(scratch),
+        "--quiet",
+        env={"LAYERBENCH_STOP_AT": "run-started"},
+    )
+    _wait_stopped(child)
+    child.kill()
+    child.communicate(timeout=60)
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert "process group" in done.stdout
+    deadline = time.monotonic() + 5
+    while leftovers(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers(scratch) == []
+
+
+def test_resume_refuses_a_complete_experiment(needs_root: None, tmp_path: Path) -> None:
+    scratch = TEST_ROOT / "resume-done"
+    db = tmp_path / "r.db"
+    cli(
+        "run",
+        str(_plan(tmp_path)),
+        "--db",
+        str(db),
+        "--scratch",
+        str(scratch),
+        "--quiet",
+        "--reps",
+        "1",
+        check=True,
+    )
+    line = one_line_error(cli("run", "--resume", "1", "--db", str(db), "--scratch", str(scratch)))
+    assert "complete; nothing to resume" in line
+
+
+def test_second_run_on_the_same_scratch_root_refuses_with_the_pid(needs_root: None, tmp_path: Path) -> None:
+    scratch = TEST_ROOT / "locked"
+    db = tmp_path / "r.db"
+    first = _popen(
+        "run",
+        str(_plan(tmp_path)),
+        "--db",
+        str(db),
+        "--scratch",
+        str(scratch),
+        "--quiet",
+        env={"LAYERBENCH_STOP_AT": "stack-built"},
+    )
+    try:
+        _wait_stopped(first)
+        line = one_line_error(
+            cli("run", str(_plan(tmp_path)), "--db", str(tmp_path / "other.db"), "--scratch", str(scratch))
+        )
+        assert f"pid {first.pid}" in line and "experiment 1" in line
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+    assert first.returncode == 130 and leftovers(scratch) == []
+    # A dead holder's lock is simply taken over.
+    assert (
+        cli(
+            "run", str(_plan(tmp_path)), "--db", str(db), "--scratch", str(scratch), "--quiet", "--reps", "1"
+        ).returncode
+        == 0
+    )
+
+
+def test_double_ctrl_c_still_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    scratch = TEST_ROOT / "double-ctrl-c"
+    child = _popen(
+        "run",
+        str(_plan(tmp_path)),
+        "--db",
+        str(tmp_path / "r.db"),
+        "--scratch",
+        str(scratch),
+        "--quiet",
+        "--no-namespace",
+        env={"LAYERBENCH_STOP_AT": "run-started"},
+    )
+    _wait_stopped(child)
+    child.send_signal(signal.SIGINT)
+    child.send_signal(signal.SIGCONT)
+    time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr and leftovers(scratch) == []
+
+
+FAULTS = """
+name = "faults"
+reps = 2
+warmup = 0
+[stacks.small]
+layers = [{ kind = "tmpfs", size = "16M" }]
+[workloads.ok]
+kind = "command"
+run = "true"
+[workloads.fails]
+kind = "command"
+run = "sh -c 'echo compiler exploded >&2; exit 3'"
+[workloads.enospc]
+kind = "command"
+run = "dd if=/dev/zero of=big bs=1M count=64 conv=fsync status=none"
+[workloads.hangs]
+kind = "command"
+run = "sleep 600"
+timeout = 1
+"""
+
+
+def test_failing_full_and_hanging_workloads_are_failed_runs(needs_root: None, tmp_path: Path) -> None:
+    scratch = TEST_ROOT / "faults"
+    db = tmp_path / "r.db"
+    started = time.monotonic()
+    done = cli("run", str(_plan(tmp_path, FAULTS)), "--db", str(db), "--scratch", str(scratch))
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 120
+    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    assert document["experiment"]["status"] == "done"
+    errors = {r["workload"]: r["error"] for r in document["runs"] if r["status"] == "failed"}
+    assert set(errors) == {"fails", "enospc", "hangs"}
+    assert errors["fails"] == "exit status 3: compiler exploded"
+    assert "No space left on device" in errors["enospc"]
+    assert "timed out after 1s" in errors["hangs"]
+    assert all(r["status"] == "ok" for r in document["runs"] if r["workload"] == "ok")
+    text = cli("report", "--db", str(db), check=True).stdout
+    assert "failed runs" in text and "6 run(s) failed" in text
+    assert leftovers(scratch) == []
+
+
+def test_real_block_devices_need_permission(needs_root: None, tmp_path: Path) -> None:
+    backing = TEST_ROOT / "device-backing.img"
+    backing.parent.mkdir(parents=True, exist_ok=True)
+    with open(backing, "wb") as handle:
+        handle.truncate(96 * 2**20)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        plan = _plan(
+            tmp_path,
+            PLAN.replace('{ kind = "image", size = "64M" }', f'{{ kind = "image", device = "{device}" }}'),
+        )
+        scratch = TEST_ROOT / "device"
+        db = str(tmp_path / "r.db")
+        base = ["run", str(plan), "--db", db, "--scratch", str(scratch), "--quiet", "--reps", "1"]
+        assert f"--allow-device {device}" in one_line_error(cli(*base))
+        assert cli(*base, "--allow-device", device).returncode == 0
+        # Now it holds ext4: formatting it again needs --force as well.
+        line = one_line_error(cli(*base, "--allow-device", device))
+        assert "holds a ext4 file system; add --force" in line
+        assert cli(*base, "--allow-device", device, "--force").returncode == 0
+        assert leftovers(scratch) == []
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=True)
+        backing.unlink()
