@@ -65,7 +65,7 @@ def test_missing_experiment_and_corrupt_file(tmp_path: Path) -> None:
         store.experiment(9)
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(UserError, match="bad.db"):
+    with pytest.raises(UserError, match=r"bad\.db"):
         Store(bad)
 
 
