@@ -4,8 +4,10 @@ the block devices' and helper processes' counters across the same interval."""
 import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -84,6 +86,23 @@ class RunCounters:
         return asdict(self)
 
 
+def _gnu_time() -> str | None:
+    """GNU time, if installed: it forks the command from a small process, so the command's
+    peak RSS is its own. A child forked straight from this Python process inherits the
+    parent's memory high-water mark at exec and would report ~100 MB for `true`."""
+    path = shutil.which("time")
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return path if "GNU" in done.stdout + done.stderr else None
+
+
+GNU_TIME = _gnu_time()
+
+
 def _kill_tree(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
@@ -104,6 +123,12 @@ def run_timed(
     a timeout or Ctrl-C can stop every process it started. on_start(pid) is told the
     child's pid (its process group id) at once, for the journal."""
     full_env = {**os.environ, **(env or {})}
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
+    if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
+        return failed(f"cannot start {argv[0]}: no such program")
+    rss_fd, rss_name = tempfile.mkstemp(prefix="layerbench-rss-")
+    os.close(rss_fd)
+    spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
     stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     disks_before = read_diskstats(list(devices))
     helpers_before = {pid: _cpu_seconds(pid) for pid in helper_pids}
@@ -111,7 +136,7 @@ def run_timed(
     start = time.monotonic()
     try:
         child = subprocess.Popen(
-            argv,
+            spawn,
             cwd=cwd,
             env=full_env,
             stdin=subprocess.DEVNULL,
@@ -122,8 +147,8 @@ def run_timed(
     except OSError as exc:
         if stderr_path:
             stderr_target.close()  # type: ignore[union-attr]
-        raise_msg = f"cannot start {argv[0]}: {exc.strerror}"
-        return failed(raise_msg)
+        os.unlink(rss_name)
+        return failed(f"cannot start {argv[0]}: {exc.strerror}")
     try:
         if on_start is not None:
             on_start(child.pid)
@@ -148,6 +173,8 @@ def run_timed(
             stderr_target.close()  # type: ignore[union-attr]
         # Grandchildren that outlived the child are not ours to keep.
         _kill_tree(child.pid)
+        maxrss_kb = _read_rss(rss_name)
+        os.unlink(rss_name)
     child.returncode = os.waitstatus_to_exitcode(status)
     disks_after = read_diskstats(list(devices))
     helper_cpu = sum(_cpu_seconds(pid) - before for pid, before in helpers_before.items())
@@ -173,7 +200,7 @@ def run_timed(
         user_s=usage.ru_utime,
         sys_s=usage.ru_stime,
         cpu_pct=100.0 * cpu / wall if wall > 0 else 0.0,
-        maxrss_kb=usage.ru_maxrss,
+        maxrss_kb=maxrss_kb if maxrss_kb is not None else usage.ru_maxrss,
         minflt=usage.ru_minflt,
         majflt=usage.ru_majflt,
         inblock=usage.ru_inblock,
@@ -187,6 +214,14 @@ def run_timed(
         helper_cpu_s=max(helper_cpu, 0.0),
         devices=per_device,
     )
+
+
+def _read_rss(path: str) -> int | None:
+    try:
+        lines = Path(path).read_text().split()
+    except OSError:
+        return None
+    return int(lines[-1]) if lines and lines[-1].isdigit() else None
 
 
 def _describe_exit(code: int, stderr_path: Path | None) -> str:

@@ -24,6 +24,7 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "fusermount3": "fuse3",
     "qemu-system-x86_64": "qemu-system-x86",
     "busybox": "busybox-static",
+    "time": "time",
 }
 
 
