@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerbench import __version__, failpoints, host, measure
+from layerbench import __version__, failpoints, host, measure, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.plan import Plan, parse_plan
 from layerbench.scratch import Scratch
@@ -132,6 +132,7 @@ class Experiment:
         self.id: int | None = None
         self._stacks_seen: set[str] = set()
         self._finished: set[int] = set()  # trial indices already stored (when resuming)
+        self.world_dirs: dict[str, Path] = {}
 
     @classmethod
     def resume(cls, store: Store, scratch: Scratch, experiment_id: int, **permissions: Any) -> "Experiment":
@@ -161,6 +162,7 @@ class Experiment:
     def prepare(self, warnings: list[str]) -> None:
         """Checks and one-time preparation; nothing is written to the store before this."""
         check_host(self.plan, self.workloads, self.allowed_devices, self.force)
+        self.world_dirs = {stack: worlds.resolve(spec) for stack, spec in self.plan.worlds.items()}
         for workload in self.workloads.values():
             if hasattr(workload, "archive"):
                 workload.archive  # noqa: B018 - packs a built-in archive once, untimed
@@ -211,6 +213,7 @@ class Experiment:
                         workdir=workdir,
                         allowed_devices=self.allowed_devices,
                         force=self.force,
+                        world=self.world_dirs.get(trial.stack),
                     )
                     built = resources.enter_context(build_stack(ctx, make_layers(self.plan, trial.stack)))
                     failpoints.reached("stack-built")
@@ -276,6 +279,7 @@ class Experiment:
                 "mount_lines": built.mount_lines,
                 "devices": devices,
                 "top": str(Path(built.top).relative_to(self.scratch.root)),
+                "world": str(self.world_dirs[name]) if name in self.world_dirs else None,
             },
         )
         self._stacks_seen.add(name)

@@ -9,8 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from layerbench import worlds
 from layerbench.errors import UserError
 from layerbench.stacks.base import LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -25,6 +26,12 @@ class StackSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     layers: list[dict[str, Any]] = Field(default_factory=list, max_length=16)
     description: str = ""
+    world: str | None = None  # "host" or a path: a userland tree exposed to a jail
+
+    @field_validator("world")
+    @classmethod
+    def _world(cls, value: str | None) -> str | None:
+        return None if value is None else worlds.check_spec(value)
 
 
 class _PlanFile(BaseModel):
@@ -55,6 +62,7 @@ class Plan(BaseModel):
     seed: int | None
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
+    worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
     source: str  # the file, or builtin:NAME
     text: str  # the TOML as given
     quick: bool = False  # --quick was given
@@ -72,6 +80,7 @@ class Plan(BaseModel):
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
             "run_options": {"quick": self.quick, "reps": self.reps_override},
+            "worlds": self.worlds,
         }
 
 
@@ -159,6 +168,14 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     if baseline not in stacks:
         valid = ", ".join(stacks)
         raise UserError(f"{source}: baseline: {baseline!r} names no stack; stacks: {valid}")
+    plan_worlds = {name: spec.world for name, spec in shape.stacks.items() if spec.world}
+    for name, body in workloads.items():
+        lacking = [s for s in stacks if s not in plan_worlds]
+        if getattr(workload_kinds[body.kind], "needs_world", False) and lacking:
+            raise UserError(
+                f"{source}: stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
+                'chroot; give every stack a world (world = "host" or a path)'
+            )
     run_reps = reps if reps is not None else shape.reps
     if quick and not shape.quick:
         run_reps = min(run_reps, 5)
@@ -172,6 +189,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         seed=shape.seed,
         stacks=stacks,
         workloads=workloads,
+        worlds=plan_worlds,
         source=source,
         text=text,
         quick=quick,

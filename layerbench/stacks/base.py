@@ -16,7 +16,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from layerbench import mounts, system
+from layerbench import jail as jails
+from layerbench import mounts, system, worlds
 from layerbench.scratch import Scratch
 
 
@@ -45,6 +46,7 @@ class BuildContext:
     workdir: Path  # this trial's own directory in the scratch root
     allowed_devices: frozenset[str] = frozenset()  # block devices the user let us format
     force: bool = False  # format them even if they hold a file system
+    world: Path | None = None  # the userland tree the stack exposes to a jail, if any
 
     def subdir(self, name: str) -> Path:
         path = self.workdir / name
@@ -140,10 +142,12 @@ def _kernel_release() -> str:
 class BuiltStack:
     top: Path
     layers: list[Exposed]
+    jail: jails.Jail | None = None  # the chroot over the top, when the stack has a world
 
     @property
     def mount_lines(self) -> list[str]:
-        return [line for exposed in self.layers for line in exposed.mount_lines]
+        lines = [line for exposed in self.layers for line in exposed.mount_lines]
+        return lines + (self.jail.mount_lines if self.jail else [])
 
     @property
     def helper_pids(self) -> list[int]:
@@ -169,11 +173,22 @@ class BuiltStack:
 
 @contextlib.contextmanager
 def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
-    """Build layers bottom to top on a fresh base directory; tear down top to bottom."""
+    """Build layers bottom to top on a fresh base directory; tear down top to bottom.
+
+    With a world, the base directory starts with the world in it (hard links into the
+    cache: no extra copy on the disk), a layer that makes a new file system gets it copied
+    in (an ext4 image at mkfs time), and a jail is laid out over the top."""
     with contextlib.ExitStack() as stack:
         exposed = Exposed(path=ctx.subdir("base"))
+        if ctx.world:
+            worlds.copy_into(ctx.world, exposed.path, link=True)
         built = [exposed]
         for layer in layers:
             exposed = stack.enter_context(layer.expose(ctx, exposed))
+            if ctx.world and not worlds.visible(ctx.world, exposed.path):
+                worlds.copy_into(ctx.world, exposed.path)
             built.append(exposed)
-        yield BuiltStack(top=exposed.path, layers=built)
+        chroot = None
+        if ctx.world:
+            chroot = stack.enter_context(jails.built(ctx.scratch, ctx.subdir("jail"), ctx.world, exposed.path))
+        yield BuiltStack(top=exposed.path, layers=built, jail=chroot)

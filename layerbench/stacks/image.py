@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from layerbench import system
+from layerbench import system, worlds
 from layerbench.errors import UserError
 from layerbench.mounts import mount_of, mount_table
 from layerbench.sizes import parse_size
@@ -80,8 +80,14 @@ class ImageLayer(Layer):
                 os.posix_fallocate(handle.fileno(), 0, size)
             else:
                 handle.truncate(size)
+        # A world on the layer below is copied in by mkfs (untimed), so a read-only image
+        # holds it as the seed's md image held the installed world.
+        populate = []
+        if ctx.world and options.fs == "ext4" and worlds.visible(ctx.world, below.path):
+            populate = ["-d", str(ctx.world)]
         try:
-            system.run([f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, str(image)])
+            mkfs = [f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, *populate, str(image)]
+            system.run(mkfs, timeout=1800)
             # mount -o loop sets the loop device to detach itself when unmounted.
             mount_options = ["loop", *options.mount_options]
             if options.readonly:
