@@ -166,6 +166,7 @@ class Experiment:
         for workload in self.workloads.values():
             if hasattr(workload, "archive"):
                 workload.archive  # noqa: B018 - packs a built-in archive once, untimed
+            workload.fetch()
         if self.id is not None:  # resuming a stored experiment
             self.store.reopen_experiment(self.id)
             return

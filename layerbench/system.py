@@ -25,6 +25,8 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "qemu-system-x86_64": "qemu-system-x86",
     "busybox": "busybox-static",
     "time": "time",
+    "chroot": "coreutils",
+    "apt-get": "apt",
 }
 
 

@@ -54,6 +54,10 @@ class Workload(ABC):
             if system.tool_path(tool) is None
         ]
 
+    def fetch(self) -> None:
+        """Once per experiment, before anything is stored: download or pack what the runs
+        need (untimed). Most workloads need nothing."""
+
     @abstractmethod
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         """Untimed: set up the target on the stack's top; return the timed command.

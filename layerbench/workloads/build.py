@@ -1,0 +1,138 @@
+"""build: compile a real C code base inside the stack's jail (the seed's `make perl5` in a
+chroot). The sources are unpacked (untimed) into the jail's writable work dir and
+configured there; the timed run is `make -jN` in the chroot, every process it starts
+counted by wait4. The compiler, headers and libraries come from the world, through the
+layer under test."""
+
+import contextlib
+import os
+import shlex
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from layerbench import sources, system
+from layerbench.errors import SetupError
+from layerbench.stacks.base import BuildContext, BuiltStack
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+
+class Project(BaseModel):
+    """One code base: a Debian source package or a tarball, how to configure and build it."""
+
+    model_config = ConfigDict(extra="forbid")
+    package: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.+-]+$")
+    archive: str | None = None  # a .tar(.gz/.xz/.bz2/.zst) with one top directory
+    configure: str = ""  # untimed, in the project's directory inside the jail
+    build: str = "make -j{jobs}"  # timed; {jobs} is the workload's jobs
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Project":
+        if (self.package is None) == (self.archive is None):
+            raise ValueError("a project names exactly one of package (a Debian source package) or archive")
+        if self.archive is not None and not Path(self.archive).is_file():
+            raise ValueError(f"no such archive file {self.archive!r}")
+        return self
+
+    @property
+    def name(self) -> str:
+        if self.package:
+            return self.package
+        base = Path(self.archive or "").name
+        return base.split(".tar")[0].split(".tgz")[0] or "project"
+
+
+# Built-in recipes for Debian source packages: the seed built perl; zlib and lua are small.
+RECIPES: dict[str, Project] = {
+    "zlib": Project(package="zlib", configure="./configure", build="make -j{jobs}"),
+    "lua5.4": Project(package="lua5.4", build="make -j{jobs} linux"),
+    "perl": Project(package="perl", configure="sh Configure -des -Dprefix=/usr/local", build="make -j{jobs}"),
+}
+
+
+class BuildOptions(WorkloadOptions):
+    projects: list[str | Project] = Field(default_factory=lambda: ["zlib"], min_length=1)
+    jobs: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
+    suite: str = sources.DEFAULT_SUITE  # where Debian source packages come from
+    mirror: str = sources.DEFAULT_MIRROR
+
+    @field_validator("projects")
+    @classmethod
+    def _known(cls, projects: list[str | Project]) -> list[str | Project]:
+        for project in projects:
+            if isinstance(project, str) and project not in RECIPES:
+                valid = ", ".join(RECIPES)
+                raise ValueError(
+                    f"unknown project {project!r}; built-in: {valid}, or a table "
+                    '{ package = "...", configure = "...", build = "make -j{jobs}" }'
+                )
+        names = [RECIPES[p].name if isinstance(p, str) else p.name for p in projects]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two projects unpack into the same directory: {names}")
+        return projects
+
+
+_TAR_FLAG = {".gz": "-z", ".tgz": "-z", ".xz": "-J", ".bz2": "-j", ".zst": "--zstd"}
+
+
+@register
+class Build(Workload):
+    kind = "build"
+    Options = BuildOptions
+    summary = "compile real C code (zlib, lua, perl from Debian sources) with make -jN in the stack's chroot"
+    tools = ("chroot", "tar", "apt-get")
+    needs_world: ClassVar[bool] = True
+
+    @property
+    def projects(self) -> list[Project]:
+        options: BuildOptions = self.options  # type: ignore[assignment]
+        return [RECIPES[p] if isinstance(p, str) else p for p in options.projects]
+
+    @cached_property
+    def tarballs(self) -> dict[str, Path]:
+        """Each project's source tarball; Debian's are downloaded once into the cache."""
+        options: BuildOptions = self.options  # type: ignore[assignment]
+        return {
+            p.name: Path(p.archive)
+            if p.archive
+            else sources.fetch(p.package or "", suite=options.suite, mirror=options.mirror)
+            for p in self.projects
+        }
+
+    def fetch(self) -> None:
+        self.tarballs  # noqa: B018 - downloads once, before the experiment starts
+
+    def script(self) -> str:
+        options: BuildOptions = self.options  # type: ignore[assignment]
+        steps = [
+            f"cd /usr/src/{shlex.quote(p.name)} && {p.build.replace('{jobs}', str(options.jobs))}"
+            for p in self.projects
+        ]
+        return " && ".join(f"( {step} )" for step in steps)
+
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
+        if stack.jail is None:
+            raise SetupError("the build workload runs in a chroot: give the stack a world")
+        jail = stack.jail
+        for project in self.projects:
+            tarball = self.tarballs[project.name]
+            tree = jail.work / project.name
+            tree.mkdir()
+            flag = _TAR_FLAG.get(tarball.suffix)
+            system.run(
+                ["tar", "-x", *([flag] if flag else []), "-f", str(tarball), "-C", str(tree), "--strip-components=1"],
+                timeout=1800,
+            )
+            if project.configure.strip():
+                inside = jail.inside(tree)
+                system.run(jail.command(f"cd {shlex.quote(inside)} && {project.configure}"), timeout=3600)
+        return Prepared(
+            argv=jail.command(self.script()),
+            cwd=jail.root,
+            facts={
+                "sources": {name: path.name for name, path in self.tarballs.items()},
+                "script": self.script(),
+            },
+        )
