@@ -223,7 +223,10 @@ class Experiment:
                         self._record_stack(trial.stack, built, devices)
                     prepared = workload.prepare(ctx, built, resources)
                     facts.update(prepared.facts)
-                    measure.drop_caches()
+                    if prepared.drop_caches:
+                        measure.drop_caches()
+                    else:
+                        os.sync()
                     child = resources.enter_context(self._journaled_child(trial))
                     counters = measure.run_timed(
                         prepared.argv,

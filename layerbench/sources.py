@@ -66,7 +66,17 @@ def fetch(package: str, *, suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIR
         partial.mkdir(parents=True)
         try:
             system.run(
-                ["sh", "-c", 'cd "$0" && exec "$@"', str(partial), "apt-get", *_apt_options(apt_dir), "source", "--download-only", package],
+                [
+                    "sh",
+                    "-c",
+                    'cd "$0" && exec "$@"',
+                    str(partial),
+                    "apt-get",
+                    *_apt_options(apt_dir),
+                    "source",
+                    "--download-only",
+                    package,
+                ],
                 timeout=1800,
             )
         except SetupError as exc:

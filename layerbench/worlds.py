@@ -44,7 +44,13 @@ HOST_PACKAGES = (
     "ncurses-bin",
 )
 # Not needed to compile; skipping them keeps the world small (~350 MB).
-_SKIP_PREFIXES = ("usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/")
+_SKIP_PREFIXES = (
+    "usr/share/doc/",
+    "usr/share/man/",
+    "usr/share/info/",
+    "usr/share/locale/",
+    "usr/share/lintian/",
+)
 # /etc pieces the dynamic loader reads.
 _ETC = ("etc/ld.so.cache", "etc/ld.so.conf", "etc/ld.so.conf.d", "etc/passwd", "etc/group")
 # Top-level names a jail makes itself rather than taking from the world.
@@ -57,7 +63,7 @@ def check_spec(spec: str) -> str:
         return spec
     path = Path(spec)
     if not path.is_absolute():
-        raise ValueError(f"{spec!r}: a world is \"host\" or an absolute path to a userland tree")
+        raise ValueError(f'{spec!r}: a world is "host" or an absolute path to a userland tree')
     if not (path / "bin" / "sh").exists() and not (path / "usr" / "bin" / "sh").exists():
         raise ValueError(f"{spec!r}: not a userland tree (no bin/sh in it); make one with debootstrap")
     return spec
@@ -99,7 +105,7 @@ def _installed_closure() -> list[str]:
     ).stdout
     installed = sorted(line.split()[1] for line in status.splitlines() if line.startswith("installed "))
     if "build-essential" not in installed:
-        raise UserError("world \"host\" needs the host's compiler: apt-get install build-essential")
+        raise UserError('world "host" needs the host\'s compiler: apt-get install build-essential')
     return installed
 
 
@@ -128,14 +134,17 @@ def _alternatives(paths: set[str]) -> set[str]:
                 if not entry.is_symlink():
                     continue
                 link = os.readlink(entry.path)
-                if link.startswith("/etc/alternatives/") and _canonical(os.path.realpath(entry.path)) in paths:
+                if (
+                    link.startswith("/etc/alternatives/")
+                    and _canonical(os.path.realpath(entry.path)) in paths
+                ):
                     found |= {f"{directory}/{entry.name}", link.lstrip("/")}
     return found | ({"etc/alternatives"} if found else set())
 
 
 def _host_world() -> Path:
     if system.tool_path("apt-cache") is None or system.tool_path("dpkg-query") is None:
-        raise UserError("world \"host\" reads the host's packages with apt-cache and dpkg-query (Debian only)")
+        raise UserError('world "host" reads the host\'s packages with apt-cache and dpkg-query (Debian only)')
     packages = _installed_closure()
     fingerprint = hashlib.sha256(_versions(packages).encode()).hexdigest()[:12]
     WORLDS_DIR.mkdir(parents=True, exist_ok=True)
@@ -173,11 +182,24 @@ def _assemble(packages: list[str], world: Path) -> None:
     file_list.write_text("\n".join(sorted(paths)) + "\n")
     try:
         packer = subprocess.Popen(
-            ["tar", "-c", "-f", "-", "-C", "/", "--no-recursion", "--verbatim-files-from", "-T", str(file_list)],
+            [
+                "tar",
+                "-c",
+                "-f",
+                "-",
+                "-C",
+                "/",
+                "--no-recursion",
+                "--verbatim-files-from",
+                "-T",
+                str(file_list),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        unpacker = subprocess.run(["tar", "-x", "-C", str(partial), "-f", "-"], stdin=packer.stdout, check=False)
+        unpacker = subprocess.run(
+            ["tar", "-x", "-C", str(partial), "-f", "-"], stdin=packer.stdout, check=False
+        )
         assert packer.stdout is not None
         packer.stdout.close()
         if packer.wait() != 0 or unpacker.returncode != 0:
@@ -204,6 +226,8 @@ def copy_into(world: Path, target: Path, *, link: bool = False) -> None:
     same file system: no data copied, the same inodes as the cache), else a full copy."""
     same_fs = os.stat(world).st_dev == os.stat(target).st_dev
     try:
-        system.run(["cp", "-a", *(["-l"] if link and same_fs else []), f"{world}/.", str(target)], timeout=1800)
+        system.run(
+            ["cp", "-a", *(["-l"] if link and same_fs else []), f"{world}/.", str(target)], timeout=1800
+        )
     except SetupError as exc:
         raise SetupError(f"cannot put the world into {target} (a read-only layer?): {exc}") from None

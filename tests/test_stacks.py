@@ -33,6 +33,18 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "overlay-disk": [{"kind": "overlay"}],
     "overlay-tmpfs": [{"kind": "overlay", "upper": "tmpfs", "upper_size": "64M"}],
     "overlay-readonly": [{"kind": "overlay", "readonly": True}],
+    "fuse": [{"kind": "fuse"}],
+    "fuse-readonly": [{"kind": "fuse", "readonly": True}],
+    "fuse-options": [
+        {
+            "kind": "fuse",
+            "multithreaded": True,
+            "kernel_cache": True,
+            "attr_timeout": 2,
+            "options": ["negative_timeout=1"],
+            "arguments": ["--xattr-none"],
+        }
+    ],
     "nested": [
         {"kind": "tmpfs", "size": "128M"},
         {"kind": "image", "size": "64M"},
@@ -40,7 +52,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
         {"kind": "overlay"},
     ],
 }
-READONLY = {"dir-readonly", "bind-readonly", "overlay-readonly"}
+READONLY = {"dir-readonly", "bind-readonly", "overlay-readonly", "fuse-readonly"}
 
 
 def _layers(layers: list[dict[str, Any]]) -> list[Any]:
@@ -84,10 +96,19 @@ def test_layer_builds_exposes_and_tears_down(needs_root: None, scratch_root: Pat
                 assert len(built.devices()) >= 2  # the loop device and the disk behind it
             if case == "tmpfs":
                 assert built.devices() == [] and built.fs_size == 64 * 2**20
+            if case.startswith("fuse"):
+                (daemon,) = built.helper_pids
+                cmdline = Path(f"/proc/{daemon}/cmdline").read_bytes().split(b"\0")
+                assert cmdline[:2] == [b"bindfs", b"-f"] and "type fuse" in built.mount_lines[0]
+                if case == "fuse-options":
+                    assert b"--multithreaded" in cmdline and b"--xattr-none" in cmdline
+                    assert b"kernel_cache,attr_timeout=2,negative_timeout=1" in cmdline
+                    assert len(list(Path(f"/proc/{daemon}/task").iterdir())) >= 2
             if case == "image-direct-io":
                 loop = built.devices()[0]
                 assert Path(f"/sys/block/{loop}/loop/dio").read_text().strip() == "1"
         assert mounts.mounts_under(workdir) == []
+        assert all(not Path(f"/proc/{pid}").exists() for pid in built.helper_pids)
     assert scratch.journal.pending() == []
 
 

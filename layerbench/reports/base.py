@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import stats
+from layerbench import explain, stats
 from layerbench.sizes import format_size
 from layerbench.store import Store
 
@@ -44,6 +44,15 @@ class ReportData:
 
     def unit(self, workload: str) -> str | None:
         return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]), None)
+
+    def why_lines(self, workload: str) -> list[str]:
+        """The "why" read-out for each stack that differs significantly (see explain.py)."""
+        return explain.why_lines(self.summaries, self.baseline, self.stacks, workload)
+
+    def helper_cpu(self, workload: str) -> dict[str, float]:
+        """Median CPU seconds of each stack's helper processes, where it has any."""
+        found = {stack: self.median(stack, workload, "helper_cpu_s") for stack in self.stacks}
+        return {stack: value for stack, value in found.items() if value}
 
     def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
         """Per-counter medians over the measured runs (for the csh `time` line)."""

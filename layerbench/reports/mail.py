@@ -13,6 +13,8 @@ def render(data: ReportData) -> str:
         info = experiment["stacks"].get(stack, {})
         title = f"Config {stack}:"
         lines += [title, "-" * len(title), "layers: " + " -> ".join(info.get("layers", ["?"]))]
+        if info.get("world"):
+            lines.append(f"world: {info['world']}, chrooted into through the stack (jail/ro)")
         lines += info.get("mount_lines", []) or ["(no mounts: a plain directory)"]
         lines.append("")
     lines += ["Test:", "-----"]
@@ -23,7 +25,8 @@ def render(data: ReportData) -> str:
         lines.append(f"{name}: {workload['kind']} ({settings})")
     lines.append(
         f"{plan['reps']} measured runs per stack and workload after {plan['warmup']} warm-up, "
-        f"{plan['order']} order, seed {experiment['seed']}; caches dropped before each run."
+        f"{plan['order']} order, seed {experiment['seed']}; caches dropped before each run "
+        '(a build with caches = "warm" starts warm: written back, not dropped).'
     )
     lines.append("")
     width = max(len(s) for s in data.stacks) + 1
@@ -43,6 +46,14 @@ def render(data: ReportData) -> str:
                     f"{stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
                     + (f" (p={row.p_value:.3f})" if row.p_value is not None else "")
                 )
+        helpers = data.helper_cpu(workload)
+        if helpers:
+            lines.append("")
+            lines.append("CPU of helper processes (FUSE daemon), not in the numbers above:")
+            lines += [f"{stack + ':':<{width}} {seconds:.2f}s (median)" for stack, seconds in helpers.items()]
+        why = data.why_lines(workload)
+        if why:
+            lines += ["", "Why:", *why]
         lines.append("")
     if data.warnings:
         lines += ["Warnings:", "---------", *data.warnings, ""]

@@ -29,6 +29,9 @@ def render(data: ReportData) -> str:
         header, rows = stack_table(data, workload)
         lines += ["", f"### Workload `{workload}`", "", _row(header), _row(["---"] * len(header))]
         lines += [_row(r) for r in rows]
+        why = data.why_lines(workload)
+        if why:
+            lines += ["", "Why:", ""] + [f"- {line}" for line in why]
     failed = data.failed_runs()
     if failed:
         lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]

@@ -28,6 +28,7 @@ def build(data: ReportData) -> list[object]:
             style = _VERDICT_STYLE.get(row[3], "")
             table.add_row(*row, style=style)
         parts.append(table)
+        parts += [f"[bold]why[/bold] {line}" for line in data.why_lines(workload)]
     failed = data.failed_runs()
     if failed:
         table = Table(title="failed runs", title_justify="left")

@@ -190,5 +190,7 @@ def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
             built.append(exposed)
         chroot = None
         if ctx.world:
-            chroot = stack.enter_context(jails.built(ctx.scratch, ctx.subdir("jail"), ctx.world, exposed.path))
+            chroot = stack.enter_context(
+                jails.built(ctx.scratch, ctx.subdir("jail"), ctx.world, exposed.path)
+            )
         yield BuiltStack(top=exposed.path, layers=built, jail=chroot)

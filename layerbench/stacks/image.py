@@ -86,7 +86,13 @@ class ImageLayer(Layer):
         if ctx.world and options.fs == "ext4" and worlds.visible(ctx.world, below.path):
             populate = ["-d", str(ctx.world)]
         try:
-            mkfs = [f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, *populate, str(image)]
+            mkfs = [
+                f"mkfs.{options.fs}",
+                *_MKFS_ARGS[options.fs],
+                *options.mkfs_options,
+                *populate,
+                str(image),
+            ]
             system.run(mkfs, timeout=1800)
             # mount -o loop sets the loop device to detach itself when unmounted.
             mount_options = ["loop", *options.mount_options]

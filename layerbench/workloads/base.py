@@ -34,6 +34,7 @@ class Prepared:
     units: float | None = None  # amount of work, for throughput
     unit: str | None = None  # "bytes" or "files"
     facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
+    drop_caches: bool = True  # False: the run starts with warm caches (written back, not dropped)
 
 
 class Workload(ABC):
@@ -54,7 +55,7 @@ class Workload(ABC):
             if system.tool_path(tool) is None
         ]
 
-    def fetch(self) -> None:
+    def fetch(self) -> None:  # noqa: B027 - optional hook, most workloads need nothing
         """Once per experiment, before anything is stored: download or pack what the runs
         need (untimed). Most workloads need nothing."""
 

@@ -1,0 +1,168 @@
+"""The "why" read-out: for a stack whose elapsed time differs significantly from the
+baseline's, the counters that moved most and one plain reading derived from them.
+
+The rules, applied to the per-metric summaries (medians, ratio of medians with its
+bootstrap CI, Mann-Whitney p-value) of the stack against the baseline:
+
+1. Only a stack whose `wall_s` verdict is `slower` or `faster` gets a line; it starts
+   with the elapsed ratio and its 95 % CI.
+2. A counter has *moved* when its difference is significant (p < 0.05) and its median
+   changed by at least 25 % (ratio outside 0.8-1.25, or up from 0). The three that moved
+   most (by the size of the ratio, either way) are listed, each with its ratio and CI.
+3. Readings, each from one moved counter:
+   - CPU % down  -> "waiting, not computing (I/O or locks)"
+   - CPU % up    -> "busier CPU (less waiting)"
+   - system time up -> "kernel work"
+   - major page faults up -> "cache misses"
+   - voluntary context switches up -> "round trips to a daemon or device"
+   - user time up -> "more computing in the workload itself"
+4. Helper processes (a FUSE daemon) work outside the workload's counters: their median
+   CPU time is always shown when it is above zero.
+5. If no counter moved: "no counter explains it".
+"""
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from layerbench.stats import ALPHA, Summary
+
+MOVED_RATIO = 1.25
+MOST = 3
+
+LABELS = {
+    "cpu_pct": "CPU",
+    "user_s": "user time",
+    "sys_s": "system time",
+    "majflt": "major page faults",
+    "minflt": "minor page faults",
+    "nvcsw": "voluntary context switches",
+    "nivcsw": "involuntary context switches",
+    "inblock": "block input",
+    "oublock": "block output",
+    "read_bytes": "bytes read from the device",
+    "write_bytes": "bytes written to the device",
+}
+COUNTERS = tuple(k for k in LABELS if k != "cpu_pct")
+
+WAITING = "waiting, not computing (I/O or locks)"
+BUSIER = "busier CPU (less waiting)"
+READINGS_UP = {
+    "sys_s": "kernel work",
+    "majflt": "cache misses",
+    "nvcsw": "round trips to a daemon or device",
+    "user_s": "more computing in the workload itself",
+}
+
+
+@dataclass
+class Moved:
+    metric: str
+    base: float
+    value: float
+    ratio: float | None  # None when the baseline's median is 0
+    ci: tuple[float, float] | None
+
+    @property
+    def up(self) -> bool:
+        return self.value > self.base
+
+    @property
+    def size(self) -> float:
+        """How far it moved, either way (a rise from 0 counts as very far)."""
+        if self.ratio is None or self.ratio <= 0:
+            return math.inf
+        return abs(math.log(self.ratio))
+
+    def text(self) -> str:
+        label = LABELS[self.metric]
+        if self.ratio is None:
+            return f"{label} 0 -> {_number(self.value)}"
+        ci = f" [{_ratio(self.ci[0])}-{_ratio(self.ci[1])}]" if self.ci else ""
+        return f"{label} x{_ratio(self.ratio)}{ci}"
+
+
+@dataclass
+class Why:
+    stack: str
+    workload: str
+    elapsed: Summary
+    cpu: tuple[float, float] | None = None  # baseline, stack medians when CPU % moved
+    moved: list[Moved] = field(default_factory=list)
+    readings: list[str] = field(default_factory=list)
+    helper_cpu_s: float | None = None
+
+    def line(self) -> str:
+        parts = [f"elapsed x{_ratio(self.elapsed.ratio or 0)}"]
+        if self.elapsed.ratio_ci_low is not None and self.elapsed.ratio_ci_high is not None:
+            parts[0] += f" [{_ratio(self.elapsed.ratio_ci_low)}-{_ratio(self.elapsed.ratio_ci_high)}]"
+        if self.cpu:
+            reading = WAITING if self.cpu[1] < self.cpu[0] else BUSIER
+            parts.append(f"CPU {self.cpu[0]:.1f}% -> {self.cpu[1]:.1f}%: {reading}")
+        parts += [m.text() for m in self.moved]
+        if self.helper_cpu_s:
+            parts.append(f"helper processes {self.helper_cpu_s:.2f}s CPU outside the workload's counters")
+        readings = [r for r in self.readings if r not in (WAITING, BUSIER)]
+        if readings:
+            parts.append("so: " + ", ".join(readings))
+        elif not self.cpu and not self.moved:
+            parts.append("no counter explains it")
+        return f"{self.stack}: " + "; ".join(parts)
+
+
+def _ratio(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def _moved(row: Summary | None, base: Summary | None) -> Moved | None:
+    if row is None or base is None or row.median is None or base.median is None:
+        return None
+    if row.p_value is None or row.p_value >= ALPHA:
+        return None
+    if base.median == 0:
+        return Moved(row.metric, 0.0, row.median, None, None) if row.median > 0 else None
+    ratio = row.median / base.median
+    if 1 / MOVED_RATIO < ratio < MOVED_RATIO:
+        return None
+    ci = (row.ratio_ci_low, row.ratio_ci_high)
+    return Moved(row.metric, base.median, row.median, ratio, ci if None not in ci else None)  # type: ignore[arg-type]
+
+
+def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) -> Why | None:
+    """The read-out for stack against baseline under workload, or None if its elapsed
+    time does not differ significantly."""
+    rows = {(s.stack, s.metric): s for s in summaries if s.workload == workload}
+    elapsed = rows.get((stack, "wall_s"))
+    if stack == baseline or elapsed is None or elapsed.verdict not in ("slower", "faster"):
+        return None
+    result = Why(stack, workload, elapsed)
+    cpu = _moved(rows.get((stack, "cpu_pct")), rows.get((baseline, "cpu_pct")))
+    if cpu is not None and cpu.ratio is not None:
+        result.cpu = (cpu.base, cpu.value)
+        result.readings.append(WAITING if not cpu.up else BUSIER)
+    moved = [
+        m for metric in COUNTERS if (m := _moved(rows.get((stack, metric)), rows.get((baseline, metric))))
+    ]
+    moved.sort(key=lambda m: m.size, reverse=True)
+    result.moved = moved[:MOST]
+    for m in moved:
+        if m.up and m.metric in READINGS_UP:
+            result.readings.append(READINGS_UP[m.metric])
+    helper = rows.get((stack, "helper_cpu_s"))
+    if helper is not None and helper.median:
+        result.helper_cpu_s = helper.median
+    return result
+
+
+def why_lines(summaries: list[Summary], baseline: str, stacks: list[str], workload: str) -> list[str]:
+    """One line per stack that differs significantly, in the plan's order."""
+    found = (why(summaries, baseline, stack, workload) for stack in stacks)
+    return [w.line() for w in found if w is not None]

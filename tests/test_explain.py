@@ -1,0 +1,89 @@
+"""The "why" rules on recorded counter sets: the FreeBSD report's own numbers, and runs
+of this machine (zlib built in a chroot through bindfs vs the plain disk)."""
+
+from typing import Any
+
+from layerbench import explain, stats
+
+KEYS = ("wall_s", "user_s", "sys_s", "cpu_pct", "majflt", "minflt", "nvcsw", "nivcsw", "inblock", "oublock")
+
+
+def _runs(stack: str, rows: list[tuple[float, ...]], helper: float = 0.0) -> list[dict[str, Any]]:
+    runs = []
+    for row in rows:
+        run = dict(zip(KEYS, row, strict=True))
+        run.update(stack=stack, workload="build", status="ok", warmup=0, helper_cpu_s=helper)
+        run.update(maxrss_kb=2800, read_bytes=0, write_bytes=0, throughput=None)
+        runs.append(run)
+    return runs
+
+
+def _why(runs: list[dict[str, Any]], stack: str) -> explain.Why | None:
+    rows = stats.summaries(runs, "base", ["base", stack], ["build"])
+    return explain.why(rows, "base", stack, "build")
+
+
+# The seed's csh `time` lines (base, nullfs), each repeated with the small spread five
+# runs of one build show: 174.084u 33.281s 3:37.30 95.4% ... 252pf and
+# 176.257u 38.316s 6:04.13 58.9% ... 76805pf.
+SEED_BASE = [
+    (217.30 + d, 174.08 + d, 33.28, 95.4 - d / 10, 252 + d, 9e5, 4000 + d, 800, 329, 358)
+    for d in (-1.2, -0.4, 0.0, 0.5, 1.1)
+]
+SEED_NULLFS = [
+    (364.13 + d, 176.26 + d, 38.32 + d / 5, 58.9 + d / 10, 76805 + 10 * d, 9e5, 160000 + d, 900, 183, 366)
+    for d in (-2.0, -0.8, 0.0, 0.7, 1.9)
+]
+
+
+def test_the_seeds_numbers_read_as_waiting_and_cache_misses() -> None:
+    result = _why(_runs("base", SEED_BASE) + _runs("nullfs", SEED_NULLFS), "nullfs")
+    assert result is not None
+    line = result.line()
+    assert line.startswith("nullfs: elapsed x1.68 [")
+    assert "CPU 95.4% -> 58.9%: waiting, not computing (I/O or locks)" in line
+    assert "major page faults x305" in line
+    assert "voluntary context switches x40.0" in line
+    assert "cache misses" in line and "round trips to a daemon or device" in line
+    # user time rose 1 %: significant, but not a mover.
+    assert "user time" not in line
+    assert [m.metric for m in result.moved][:2] == ["majflt", "nvcsw"]
+
+
+def test_no_line_without_a_significant_elapsed_difference() -> None:
+    same = _runs("base", SEED_BASE) + _runs("bind", [(r[0] + 0.3, *r[1:]) for r in SEED_BASE])
+    assert _why(same, "bind") is None
+    # The baseline itself never gets a line.
+    rows = stats.summaries(_runs("base", SEED_BASE), "base", ["base"], ["build"])
+    assert explain.why(rows, "base", "base", "build") is None
+
+
+def test_counters_rising_from_zero_and_kernel_work() -> None:
+    base = [(10.0 + d, 9.0, 1.0 + d / 10, 99.0, 0, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    slow = [(14.0 + d, 9.0, 4.0 + d / 10, 93.0, 40 + d, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    result = _why(_runs("base", base) + _runs("img", slow), "img")
+    assert result is not None
+    line = result.line()
+    assert "major page faults 0 -> 40" in line
+    assert "system time x3.96 [" in line and "kernel work" in line
+    # CPU % fell by 6 %: significant but below the threshold, so no "waiting" reading.
+    assert "CPU" not in line.split(";")[1]
+
+
+def test_helper_cpu_and_the_faster_direction() -> None:
+    base = [(10.0 + d, 5.0, 1.0, 60.0, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    fast = [(5.0 + d, 5.0, 1.0, 95.0 + d, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    result = _why(_runs("base", base) + _runs("cached", fast, helper=0.4), "cached")
+    assert result is not None
+    assert result.elapsed.verdict == "faster"
+    line = result.line()
+    assert "CPU 60.0% -> 95.2%: busier CPU (less waiting)" in line
+    assert "helper processes 0.40s CPU outside the workload's counters" in line
+
+
+def test_nothing_moved_says_so() -> None:
+    base = [(10.0 + d, 5.0 + d, 1.0, 60.0, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    slow = [(11.0 + d, 5.0 + d, 1.0, 60.0, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    result = _why(_runs("base", base) + _runs("x", slow), "x")
+    assert result is not None
+    assert result.line().endswith("; no counter explains it")
