@@ -24,6 +24,8 @@ BUILTIN: dict[str, tuple[list[str], int]] = {
         ["/usr/include", _STDLIB, "/usr/lib/python3.11", "/usr/share/perl", "/usr/share/doc"],
         10_000,
     ),
+    # Enough files for per-file costs (a FUSE round trip each) to stand out in a quick run.
+    "medium-tree": ([_STDLIB, "/usr/include/linux", "/usr/include/c++", "/usr/include"], 3000),
     "small-tree": ([f"{_STDLIB}/email", f"{_STDLIB}/asyncio", "/usr/include/linux"], 300),
 }
 

@@ -58,3 +58,30 @@ def test_wall_time_is_monotonic_and_close(tmp_path: Path, seconds: float) -> Non
     counters = measure.run_timed(["sleep", str(seconds)], cwd=tmp_path)
     assert seconds <= counters.wall_s < seconds + 0.2
     assert counters.cpu_pct < 20
+
+
+def test_helper_cpu_counts_every_thread_of_the_helper(tmp_path: Path) -> None:
+    """A helper (as a FUSE daemon) burning CPU in two threads, not its main one: its whole
+    CPU time across the timed run is recorded, and none of it is the workload's."""
+    import subprocess
+    import sys
+
+    burn = (
+        "import threading, time\n"
+        "def spin():\n"
+        "    end = time.monotonic() + 30\n"
+        "    while time.monotonic() < end: pass\n"
+        "for _ in range(2): threading.Thread(target=spin, daemon=True).start()\n"
+        "time.sleep(30)\n"
+    )
+    helper = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        counters = measure.run_timed(["sleep", "1"], cwd=tmp_path, helper_pids=[helper.pid])
+    finally:
+        helper.kill()
+        helper.wait()
+    assert counters.status == "ok"
+    # Two spinning threads on (at most) two shared cores: well above one thread's worth is
+    # not guaranteed on a busy machine, but far above zero is.
+    assert counters.helper_cpu_s > 0.3, counters.helper_cpu_s
+    assert counters.user_s + counters.sys_s < 0.2
