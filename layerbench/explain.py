@@ -78,6 +78,8 @@ class Moved:
         label = LABELS[self.metric]
         if self.ratio is None:
             return f"{label} 0 -> {_number(self.value)}"
+        if self.value == 0:
+            return f"{label} {_number(self.base)} -> 0"
         ci = f" [{_ratio(self.ci[0])}-{_ratio(self.ci[1])}]" if self.ci else ""
         return f"{label} x{_ratio(self.ratio)}{ci}"
 

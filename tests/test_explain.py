@@ -87,3 +87,11 @@ def test_nothing_moved_says_so() -> None:
     result = _why(_runs("base", base) + _runs("x", slow), "x")
     assert result is not None
     assert result.line().endswith("; no counter explains it")
+
+
+def test_a_counter_falling_to_zero_reads_as_such() -> None:
+    base = [(1.0 + d, 0.1, 0.3, 40.0, 0, 250, 150, 5, 10000 + d, 17000) for d in (0, 0.1, 0.2, 0.3)]
+    fast = [(0.3 + d, 0.1, 0.05, 25.0, 0, 250, 100, 2, 0, 15000) for d in (0, 0.01, 0.02, 0.03)]
+    result = _why(_runs("base", base) + _runs("vnode", fast), "vnode")
+    assert result is not None and result.elapsed.verdict == "faster"
+    assert "block input 10,000 -> 0" in result.line()

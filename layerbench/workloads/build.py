@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from layerbench import sources, system
 from layerbench.errors import SetupError
@@ -60,6 +60,29 @@ class BuildOptions(WorkloadOptions):
     caches: Literal["warm", "cold"] = "warm"
     suite: str = sources.DEFAULT_SUITE  # where Debian source packages come from
     mirror: str = sources.DEFAULT_MIRROR
+
+    @field_validator("projects", mode="before")
+    @classmethod
+    def _tables(cls, projects: object) -> object:
+        """Check tables here, so an error names the project's key, not the union's arms."""
+        if not isinstance(projects, list):
+            return projects
+        checked: list[object] = []
+        for index, project in enumerate(projects):
+            if isinstance(project, dict):
+                try:
+                    project = Project.model_validate(project)
+                except ValidationError as exc:
+                    error = exc.errors()[0]
+                    where = ".".join(str(part) for part in error["loc"])
+                    message = error["msg"].removeprefix("Value error, ")
+                    if error["type"] == "extra_forbidden":
+                        message = "unknown key; valid keys: " + ", ".join(Project.model_fields)
+                    raise ValueError(f"project {index}{' ' + where if where else ''}: {message}") from None
+            elif not isinstance(project, str):
+                raise ValueError(f"project {index}: a built-in name or a table {{ package = ... }}")
+            checked.append(project)
+        return checked
 
     @field_validator("projects")
     @classmethod
