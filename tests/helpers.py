@@ -32,7 +32,8 @@ def cli(
 
 
 def leftovers(root: Path) -> list[str]:
-    """Mounts, loop devices and helper processes that reference root, seen from the host."""
+    """Mounts, loop devices and helper processes (FUSE daemons, VMs, chrooted builds) that
+    reference root, seen from the host."""
     prefix = str(root).rstrip("/") + "/"
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -50,7 +51,7 @@ def leftovers(root: Path) -> list[str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if prefix.rstrip("/") in cmdline and re.search(r"bindfs|qemu-system|fuse", cmdline):
+        if prefix.rstrip("/") in cmdline and re.search(r"bindfs|qemu-system|fuse|chroot", cmdline):
             found.append(f"process {proc.name}: {cmdline.strip()}")
     return found
 

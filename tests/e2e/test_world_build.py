@@ -140,7 +140,7 @@ def _bindfs_processes(scratch: Path) -> list[str]:
 def test_ctrl_c_during_a_fuse_run_leaves_no_daemon(as_root: None, tmp_path: Path, namespace: bool) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(FUSE_SLOW_PLAN)
-    scratch = TEST_ROOT / f"fuse-ctrl-c-{namespace}"
+    scratch = TEST_ROOT / f"daemon-interrupted-{namespace}"
     db = tmp_path / "r.db"
     argv = [sys.executable, "-m", "layerbench", "run", str(plan), "--db", str(db), "--scratch", str(scratch)]
     child = subprocess.Popen(
@@ -166,7 +166,7 @@ def test_ctrl_c_during_a_fuse_run_leaves_no_daemon(as_root: None, tmp_path: Path
 def test_kill_9_during_a_fuse_run_then_clean(as_root: None, tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(FUSE_SLOW_PLAN)
-    scratch = TEST_ROOT / "fuse-kill-9"
+    scratch = TEST_ROOT / "daemon-killed"
     db = tmp_path / "r.db"
     child = subprocess.Popen(
         [
