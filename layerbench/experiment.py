@@ -253,7 +253,9 @@ class Experiment:
             warmup=int(trial.warmup),
             started=started,
         )
-        self.store.add_run(self.id, row, row.pop("devices"), facts)
+        if sampler_cost := row.pop("sampler", None):
+            facts["sampler"] = sampler_cost
+        self.store.add_run(self.id, row, row.pop("devices"), facts, row.pop("samples", []))
         return row
 
     @contextlib.contextmanager

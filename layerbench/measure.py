@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from layerbench import sampling
+
 _SECTOR = 512
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -81,6 +83,8 @@ class RunCounters:
     write_ios: int
     helper_cpu_s: float
     devices: dict[str, dict[str, int]] = field(default_factory=dict)
+    samples: list[dict[str, float]] = field(default_factory=list)  # sampling.Sample rows
+    sampler: dict[str, float] = field(default_factory=dict)  # the sampler's own cost
 
     def as_row(self) -> dict[str, object]:
         return asdict(self)
@@ -133,6 +137,7 @@ def run_timed(
     disks_before = read_diskstats(list(devices))
     helpers_before = {pid: _cpu_seconds(pid) for pid in helper_pids}
     error: str | None = None
+    sampler = sampling.Sampler(list(devices)).__enter__()
     start = time.monotonic()
     try:
         child = subprocess.Popen(
@@ -145,6 +150,7 @@ def run_timed(
             start_new_session=True,
         )
     except OSError as exc:
+        sampler.__exit__()
         if stderr_path:
             stderr_target.close()  # type: ignore[union-attr]
         os.unlink(rss_name)
@@ -169,6 +175,7 @@ def run_timed(
             os.waitpid(child.pid, 0)
         raise
     finally:
+        sampler.__exit__()
         if stderr_path:
             stderr_target.close()  # type: ignore[union-attr]
         # Grandchildren that outlived the child are not ours to keep.
@@ -213,6 +220,8 @@ def run_timed(
         write_ios=top.get("write_ios", 0),
         helper_cpu_s=max(helper_cpu, 0.0),
         devices=per_device,
+        samples=[sample.as_row() for sample in sampler.samples],
+        sampler=sampler.cost.as_dict() if sampler.cost else {},
     )
 
 

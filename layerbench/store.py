@@ -56,6 +56,13 @@ CREATE TABLE IF NOT EXISTS runs (
     facts_json TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment_id, stack, workload);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    t_s REAL NOT NULL, dt_s REAL NOT NULL,
+    read_bytes INTEGER, write_bytes INTEGER, disk_read_bytes INTEGER, disk_write_bytes INTEGER,
+    cpu_busy_pct REAL, cpu_iowait_pct REAL
+);
+CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
 """
 
 RUN_COLUMNS = (
@@ -87,6 +94,16 @@ RUN_COLUMNS = (
     "units",
     "unit",
     "throughput",
+)
+SAMPLE_COLUMNS = (
+    "t_s",
+    "dt_s",
+    "read_bytes",
+    "write_bytes",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "cpu_busy_pct",
+    "cpu_iowait_pct",
 )
 
 
@@ -174,11 +191,25 @@ class Store:
         run: dict[str, Any],
         devices: dict[str, Any],
         facts: dict[str, Any],
+        samples: list[dict[str, Any]] = (),  # type: ignore[assignment]
     ) -> None:
         columns = ["experiment_id", *RUN_COLUMNS, "devices_json", "facts_json"]
         values = [experiment_id, *(run.get(c) for c in RUN_COLUMNS), json.dumps(devices), json.dumps(facts)]
         marks = ", ".join("?" for _ in columns)
-        self.db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({marks})", values)
+        self.db.execute("BEGIN")  # the run and its samples land together
+        try:
+            run_id = self.db.execute(
+                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({marks})", values
+            ).lastrowid
+            self.db.executemany(
+                f"INSERT INTO samples (run_id, {', '.join(SAMPLE_COLUMNS)})"
+                f" VALUES (?, {', '.join('?' for _ in SAMPLE_COLUMNS)})",
+                [(run_id, *(sample[c] for c in SAMPLE_COLUMNS)) for sample in samples],
+            )
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def finish_experiment(self, experiment_id: int, status: str) -> None:
         self.db.execute(
@@ -226,6 +257,35 @@ class Store:
             record["devices"] = json.loads(record.pop("devices_json"))
             record["facts"] = json.loads(record.pop("facts_json"))
             record["warmup"] = bool(record["warmup"])
+            result.append(record)
+        return result
+
+    def samples(self, experiment_id: int) -> dict[int, list[dict[str, Any]]]:
+        """run id -> its time series, in time order."""
+        series: dict[int, list[dict[str, Any]]] = {}
+        for row in self.db.execute(
+            "SELECT s.* FROM samples s JOIN runs r ON r.id = s.run_id"
+            " WHERE r.experiment_id = ? ORDER BY s.run_id, s.t_s",
+            (experiment_id,),
+        ):
+            record = dict(row)
+            series.setdefault(record.pop("run_id"), []).append(record)
+        return series
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every experiment with its host and what it ran, oldest first."""
+        result = []
+        for row in self.db.execute(
+            "SELECT e.id, e.name, e.status, e.started, e.finished, e.baseline, e.host_json,"
+            " e.plan_json, (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id) AS runs"
+            " FROM experiments e ORDER BY e.id"
+        ):
+            record = dict(row)
+            host, plan = json.loads(record.pop("host_json")), json.loads(record.pop("plan_json"))
+            record["host"] = host.get("hostname")
+            record["kernel"] = host.get("kernel")
+            record["stacks"] = list(plan.get("stacks", {}))
+            record["workloads"] = list(plan.get("workloads", {}))
             result.append(record)
         return result
 

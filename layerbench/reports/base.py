@@ -3,7 +3,7 @@
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ class ReportData:
     warnings: list[str]
     stacks: list[str]
     workloads: list[str]
+    samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
 
     @property
     def baseline(self) -> str:
@@ -82,7 +83,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     workloads = list(plan["workloads"])
     rows = stats.summaries(runs, experiment["baseline"], stacks, workloads)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
-    return ReportData(experiment, runs, rows, warnings, stacks, workloads)
+    return ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
 
 
 # ---- shared formatting -----------------------------------------------------------------

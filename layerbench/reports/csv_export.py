@@ -1,10 +1,13 @@
-"""csv: one row per run, every counter, for a spreadsheet or pandas."""
+"""csv: one row per run, every counter, for a spreadsheet or pandas; or (`--what samples`)
+one row per time-series sample, keyed by the run's trial."""
 
 import csv
 import io
 
 from layerbench.reports.base import ReportData, register
-from layerbench.store import RUN_COLUMNS
+from layerbench.store import RUN_COLUMNS, SAMPLE_COLUMNS
+
+SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")
 
 
 @register("csv")
@@ -14,4 +17,20 @@ def render(data: ReportData) -> str:
     writer.writerow(["experiment", *RUN_COLUMNS])
     for run in data.runs:
         writer.writerow([data.experiment["id"], *(run[key] for key in RUN_COLUMNS)])
+    return buffer.getvalue()
+
+
+def render_samples(data: ReportData) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["experiment", *SAMPLE_KEYS, *SAMPLE_COLUMNS])
+    for run in data.runs:
+        for sample in data.samples.get(run["id"], []):
+            writer.writerow(
+                [
+                    data.experiment["id"],
+                    *(int(run[k]) if k == "warmup" else run[k] for k in SAMPLE_KEYS),
+                    *(sample[k] for k in SAMPLE_COLUMNS),
+                ]
+            )
     return buffer.getvalue()

@@ -1,11 +1,12 @@
-"""json: everything, for programs. The shape is documented in the README (schema 1)."""
+"""json: everything, for programs. The shape is documented in the README (schema 2)."""
 
 import json
 
 from layerbench.reports.base import ReportData, register
 from layerbench.store import RUN_COLUMNS
 
-SCHEMA_VERSION = 1
+# 2: every run carries `samples`, its time series (see the README).
+SCHEMA_VERSION = 2
 
 
 @register("json")
@@ -33,7 +34,12 @@ def render(data: ReportData) -> str:
         "stacks": experiment["stacks"],
         "summary": [row.as_dict() for row in data.summaries],
         "runs": [
-            {key: run[key] for key in RUN_COLUMNS} | {"devices": run["devices"], "facts": run["facts"]}
+            {key: run[key] for key in RUN_COLUMNS}
+            | {
+                "devices": run["devices"],
+                "facts": run["facts"],
+                "samples": data.samples.get(run["id"], []),
+            }
             for run in data.runs
         ],
         "warnings": data.warnings,

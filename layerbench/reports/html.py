@@ -1,0 +1,234 @@
+"""html: one self-contained page with the plots (inline SVG), the tables, the host, each
+stack's layers and mount lines, the plan and the warnings. Viewable offline."""
+
+import html
+import importlib
+from typing import Any
+
+import numpy as np
+
+from layerbench import stats
+from layerbench.reports import plots
+from layerbench.reports.base import ReportData, host_lines, register, stack_table
+
+STYLE = """
+body { font-family: 'DejaVu Sans', sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+tr.slower td { color: #c0392b; } tr.faster td { color: #1e8449; } tr.baseline td { color: #777; }
+pre, code { background: #f6f6f6; font-size: .85em; } pre { padding: .6em; overflow-x: auto; }
+.figure { margin: .5em 0 1em; } .figure svg { max-width: 100%; height: auto; }
+.warnings li { color: #9a6700; } .note { color: #555; font-size: .9em; }
+"""
+
+
+def page(title: str, body: list[str]) -> str:
+    """A whole HTML document around body parts (already escaped where needed)."""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def figure(svg: str, name: str) -> str:
+    return f"<div class='figure' id='{name}'>{svg}</div>"
+
+
+def table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
+    body = "".join(
+        f"<tr class='{html.escape(classes[i]) if classes else ''}'>"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in row)
+        + "</tr>"
+        for i, row in enumerate(rows)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def bullet_list(items: list[str], css: str = "") -> str:
+    return f"<ul class='{css}'>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
+
+
+def why_lines(data: ReportData) -> list[str]:
+    """The "why" lines of an explaining module, when one is installed: a module
+    `layerbench.explain` with `why_lines(data) -> list[str]` is shown under its own heading."""
+    try:
+        explain = importlib.import_module("layerbench.explain")
+    except ModuleNotFoundError:
+        return []
+    producer = getattr(explain, "why_lines", None)
+    return list(producer(data)) if producer else []
+
+
+def ratio_points(data: ReportData, workload: str) -> list[plots.RatioPoint]:
+    points = []
+    for stack in data.stacks:
+        row = data.summary(stack, workload, "wall_s")
+        if row is None or row.ratio is None:
+            points.append(plots.RatioPoint(stack, None, None, None, False))
+            continue
+        points.append(
+            plots.RatioPoint(
+                stack,
+                row.ratio,
+                row.ratio_ci_low,
+                row.ratio_ci_high,
+                significant=row.verdict in ("slower", "faster"),
+                is_baseline=row.verdict == "baseline",
+            )
+        )
+    return points
+
+
+def _series(data: ReportData, stack: str, workload: str) -> plots.Series:
+    """The measured run with the median wall time stands for its (stack, workload)."""
+    group = sorted(stats.measured(data.runs).get((stack, workload), []), key=lambda r: r["wall_s"])
+    if not group:
+        return plots.Series(f"{workload}: no successful run", [], [], [], [], [])
+    run = group[(len(group) - 1) // 2]
+    samples = data.samples.get(run["id"], [])
+    # Steps start at the beginning of each interval, so draw from t - dt.
+    starts = [s["t_s"] - s["dt_s"] for s in samples]
+    if samples:
+        starts.append(samples[-1]["t_s"])
+
+    def per_second(key: str, scale: float) -> list[float]:
+        values = [s[key] / s["dt_s"] / scale if s["dt_s"] > 0 else 0.0 for s in samples]
+        return values + values[-1:]
+
+    def shares(key: str) -> list[float]:
+        values = [s[key] for s in samples]
+        return values + values[-1:]
+
+    return plots.Series(
+        f"{workload}: rep {run['rep'] + 1}, {run['wall_s']:.2f} s (median run)",
+        starts,
+        per_second("read_bytes", 1e6),
+        per_second("write_bytes", 1e6),
+        shares("cpu_busy_pct"),
+        shares("cpu_iowait_pct"),
+    )
+
+
+def sampler_note(data: ReportData) -> str:
+    costs = [r["facts"].get("sampler") for r in data.runs if r["facts"].get("sampler")]
+    if not costs:
+        return "No time series were recorded for this experiment."
+    cpu = sum(c["cpu_s"] for c in costs)
+    wall = sum(c["wall_s"] for c in costs)
+    worst = max(c["cpu_pct"] for c in costs)
+    count = sum(c["count"] for c in costs)
+    return (
+        f"Sampled every {costs[0]['interval_s'] * 1000:.0f} ms from /proc/diskstats (the stack's top "
+        f"device) and /proc/stat (all CPUs of the host): {count} samples in {len(costs)} runs. "
+        f"The sampler used {cpu * 1000:.1f} ms of CPU over {wall:.1f} s of runs "
+        f"({100 * cpu / wall if wall else 0:.2f} % of one CPU; at most {worst:.2f} % in one run)."
+    )
+
+
+def plan_block(experiment: dict[str, Any]) -> str:
+    return f"<pre>{html.escape(experiment['plan_text'])}</pre>"
+
+
+@register("html")
+def render(data: ReportData) -> str:
+    experiment = data.experiment
+    unit_label = "wall time (s)"
+    body = [
+        f"<h1>layerbench experiment {experiment['id']}: {html.escape(experiment['name'])}</h1>",
+        f"<p>Status {html.escape(experiment['status'])}, started {html.escape(experiment['started'])}, "
+        f"seed {experiment['seed']}, baseline <code>{html.escape(data.baseline)}</code>.</p>",
+        "<h2>Hardware/OS</h2>",
+        bullet_list(host_lines(experiment["host"])),
+        "<h2>Cost of each stack against the baseline</h2>",
+        "<p class='note'>Ratio of median wall times, stack / baseline, with the 95 % bootstrap "
+        "interval; red and starred: significant (Mann-Whitney, alpha 0.05). Left of the dashed "
+        "line is faster.</p>",
+        figure(
+            plots.ratio_figure(
+                {f"workload {w}": ratio_points(data, w) for w in data.workloads},
+                xlabel=f"wall time ratio to {data.baseline}",
+            ),
+            "ratio-plot",
+        ),
+        "<h2>Every run</h2>",
+        figure(
+            plots.runs_figure(
+                {
+                    f"workload {w}": {
+                        s: (
+                            [
+                                r["wall_s"]
+                                for r in data.runs
+                                if r["stack"] == s
+                                and r["workload"] == w
+                                and r["status"] == "ok"
+                                and not r["warmup"]
+                            ],
+                            [
+                                r["wall_s"]
+                                for r in data.runs
+                                if r["stack"] == s
+                                and r["workload"] == w
+                                and r["status"] == "ok"
+                                and r["warmup"]
+                            ],
+                        )
+                        for s in data.stacks
+                    }
+                    for w in data.workloads
+                },
+                ylabel=unit_label,
+            ),
+            "runs-plot",
+        ),
+    ]
+    for workload in data.workloads:
+        header, rows = stack_table(data, workload)
+        body += [
+            f"<h3>workload {html.escape(workload)}</h3>",
+            table(header, rows, [r[3].split()[0] for r in rows]),
+        ]
+    body += ["<h2>During the runs</h2>", f"<p class='note'>{html.escape(sampler_note(data))}</p>"]
+    for stack in data.stacks:
+        body.append(f"<h3>stack {html.escape(stack)}</h3>")
+        body.append(
+            figure(
+                plots.timeseries_figure([_series(data, stack, w) for w in data.workloads]), f"series-{stack}"
+            )
+        )
+    body.append("<h2>Stacks</h2>")
+    for stack in data.stacks:
+        info = experiment["stacks"].get(stack, {})
+        body.append(
+            f"<p><b>{html.escape(stack)}</b>: {html.escape(' → '.join(info.get('layers', ['?'])))}</p>"
+        )
+        mounts = info.get("mount_lines", [])
+        body.append(
+            f"<pre>{html.escape(chr(10).join(mounts))}</pre>" if mounts else "<p class='note'>no mounts</p>"
+        )
+    why = why_lines(data)
+    if why:
+        body += ["<h2>Why</h2>", bullet_list(why)]
+    failed = data.failed_runs()
+    if failed:
+        body += [
+            "<h2>Failed runs</h2>",
+            table(
+                ["stack", "workload", "rep", "error"],
+                [[r["stack"], r["workload"], str(r["rep"]), r["error"] or ""] for r in failed],
+            ),
+        ]
+    body += ["<h2>Warnings</h2>", bullet_list(data.warnings, "warnings") if data.warnings else "<p>none</p>"]
+    body += ["<h2>The plan</h2>", plan_block(experiment)]
+    spread = [r["wall_s"] for r in data.runs if r["status"] == "ok"]
+    if spread:
+        body.append(
+            f"<p class='note'>{len(data.runs)} runs, wall times from {min(spread):.3f} s to "
+            f"{max(spread):.3f} s (median {float(np.median(spread)):.3f} s).</p>"
+        )
+    return page(f"layerbench experiment {experiment['id']}", body)

@@ -1,0 +1,190 @@
+"""Figures for the HTML reports, drawn with matplotlib and returned as inline SVG text.
+
+Every figure is self-contained SVG (text kept as text, no external fonts or images), so a
+report that embeds them needs no network to be viewed.
+"""
+
+import io
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: render to files only
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+plt.rcParams.update(
+    {
+        "svg.fonttype": "none",
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    }
+)
+
+SIGNIFICANT = "#c0392b"
+NEUTRAL = "#2c3e50"
+BASELINE = "#7f8c8d"
+
+
+@dataclass
+class RatioPoint:
+    """One stack's ratio in one panel; low/high is the 95 % CI, None when there is none."""
+
+    label: str
+    ratio: float | None
+    low: float | None
+    high: float | None
+    significant: bool
+    is_baseline: bool = False
+
+
+def to_svg(figure: Figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def ratio_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str) -> str:
+    """One panel per workload: each stack's ratio as a point with its CI whisker and a line
+    at 1.0; significant differences in red and marked with a star."""
+    height = sum(max(len(points), 1) * 0.38 + 0.8 for points in panels.values())
+    figure, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(7.5, max(height, 1.8)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [max(len(p), 1) for p in panels.values()]},
+    )
+    for axis, (title, points) in zip(axes[:, 0], panels.items(), strict=True):
+        labels = [p.label for p in points]
+        positions = np.arange(len(points))[::-1]
+        for y, point in zip(positions, points, strict=True):
+            if point.ratio is None:
+                continue
+            colour = BASELINE if point.is_baseline else SIGNIFICANT if point.significant else NEUTRAL
+            if point.low is not None and point.high is not None and not point.is_baseline:
+                axis.errorbar(
+                    point.ratio,
+                    y,
+                    xerr=[[point.ratio - point.low], [point.high - point.ratio]],
+                    fmt="o",
+                    color=colour,
+                    capsize=4,
+                    markersize=6,
+                )
+            else:
+                axis.plot(point.ratio, y, "o", color=colour, markersize=6)
+            text = (
+                "baseline"
+                if point.is_baseline
+                else f"×{point.ratio:.2f}" + (" *" if point.significant else "")
+            )
+            axis.annotate(
+                text,
+                (point.high or point.ratio, y),
+                xytext=(6, 0),
+                textcoords="offset points",
+                va="center",
+                color=colour,
+                fontsize=8,
+            )
+        axis.axvline(1.0, color=BASELINE, linestyle="--", linewidth=1)
+        axis.set_yticks(positions, labels)
+        axis.set_ylim(-0.7, len(points) - 0.3)
+        axis.set_title(title, loc="left", fontsize=10, fontweight="bold")
+        axis.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel(xlabel)
+    figure.tight_layout()
+    return to_svg(figure)
+
+
+def runs_figure(panels: dict[str, dict[str, tuple[list[float], list[float]]]], *, ylabel: str) -> str:
+    """One panel per workload: every run as a dot beside its stack (measured filled, warm-up
+    hollow), the median as a bar, so outliers and noise show."""
+    figure, axes = plt.subplots(1, len(panels), figsize=(max(3.2 * len(panels), 5), 3.4), squeeze=False)
+    rng = np.random.default_rng(0)  # the same jitter every time the report is drawn
+    for axis, (title, by_stack) in zip(axes[0], panels.items(), strict=True):
+        for x, (measured, warmups) in enumerate(by_stack.values()):
+            if measured:
+                axis.scatter(
+                    x + rng.uniform(-0.12, 0.12, len(measured)),
+                    measured,
+                    s=18,
+                    color=NEUTRAL,
+                    alpha=0.8,
+                    zorder=3,
+                    label="run" if x == 0 else None,
+                )
+                axis.hlines(
+                    np.median(measured),
+                    x - 0.28,
+                    x + 0.28,
+                    color=SIGNIFICANT,
+                    linewidth=2,
+                    zorder=4,
+                    label="median" if x == 0 else None,
+                )
+            if warmups:
+                axis.scatter(
+                    x + rng.uniform(-0.12, 0.12, len(warmups)),
+                    warmups,
+                    s=18,
+                    facecolors="none",
+                    edgecolors=BASELINE,
+                    zorder=2,
+                    label="warm-up" if x == 0 else None,
+                )
+        axis.set_xticks(range(len(by_stack)), list(by_stack), rotation=30, ha="right")
+        axis.set_xlim(-0.6, len(by_stack) - 0.4)
+        axis.set_ylim(bottom=0)
+        axis.set_title(title, loc="left", fontsize=10, fontweight="bold")
+        axis.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_ylabel(ylabel)
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    figure.tight_layout()
+    return to_svg(figure)
+
+
+@dataclass
+class Series:
+    """One run's samples, ready to draw."""
+
+    title: str
+    t_s: list[float]
+    read_mb_s: list[float]
+    write_mb_s: list[float]
+    cpu_busy_pct: list[float]
+    cpu_iowait_pct: list[float]
+
+
+def timeseries_figure(panels: list[Series]) -> str:
+    """One column per workload: device throughput above, host CPU busy / iowait below."""
+    figure, axes = plt.subplots(
+        2, len(panels), figsize=(max(3.4 * len(panels), 5), 3.8), squeeze=False, sharex="col"
+    )
+    for column, series in enumerate(panels):
+        top, bottom = axes[0, column], axes[1, column]
+        if not series.t_s:
+            top.text(0.5, 0.5, "no samples", ha="center", va="center", transform=top.transAxes)
+        top.step(series.t_s, series.write_mb_s, where="post", color=SIGNIFICANT, label="write")
+        top.step(series.t_s, series.read_mb_s, where="post", color="#2980b9", label="read")
+        bottom.step(series.t_s, series.cpu_busy_pct, where="post", color=NEUTRAL, label="CPU busy")
+        bottom.step(series.t_s, series.cpu_iowait_pct, where="post", color="#e67e22", label="iowait")
+        top.set_title(series.title, loc="left", fontsize=9)
+        top.set_ylim(bottom=0)
+        bottom.set_ylim(0, 100)
+        bottom.set_xlabel("seconds into the run")
+        for axis in (top, bottom):
+            axis.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("device MB/s")
+    axes[1, 0].set_ylabel("host CPU %")
+    axes[0, 0].legend(fontsize=7, loc="upper right")
+    axes[1, 0].legend(fontsize=7, loc="upper right")
+    figure.tight_layout()
+    return to_svg(figure)

@@ -1,0 +1,137 @@
+"""Time series during a timed run: every 100 ms, the stack's block devices' read and write
+bytes (/proc/diskstats) and the host's CPU busy and iowait shares (/proc/stat).
+
+The sampler is one thread of the runner that sleeps between samples; each sample is two
+small /proc reads. Its own CPU time is measured (thread CPU clock) and stored with the run,
+so a report can show that it did not disturb the run. The workload is a child process:
+its wait4 rusage never includes the sampler.
+"""
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from layerbench import measure
+
+INTERVAL_S = 0.1
+
+
+@dataclass
+class Sample:
+    """What happened during one interval ending t_s seconds after the run started."""
+
+    t_s: float
+    dt_s: float
+    read_bytes: int  # the stack's top device, like the run's own read_bytes
+    write_bytes: int
+    disk_read_bytes: int  # the bottom device (the disk behind a loop device)
+    disk_write_bytes: int
+    cpu_busy_pct: float  # host-wide: every CPU, not only the workload
+    cpu_iowait_pct: float
+
+    def as_row(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass
+class SamplerCost:
+    """The sampler's own footprint during one run."""
+
+    interval_s: float
+    count: int
+    cpu_s: float  # CPU time of the sampler thread
+    wall_s: float  # how long it sampled
+
+    @property
+    def cpu_pct(self) -> float:
+        """The sampler's CPU time as a share of one CPU over the run."""
+        return 100.0 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self) | {"cpu_pct": self.cpu_pct}
+
+
+def read_cpu() -> tuple[int, int, int]:
+    """(total, idle, iowait) jiffies of all CPUs from the first line of /proc/stat."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:9]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    return sum(fields), fields[3], fields[4]
+
+
+@dataclass
+class Sampler:
+    """Start before the child starts, stop after it is reaped: `with Sampler(devices) as s`."""
+
+    devices: list[str]
+    interval_s: float = INTERVAL_S
+    samples: list[Sample] = field(default_factory=list)
+    cost: SamplerCost | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="layerbench-sampler", daemon=True)
+        self._top = self.devices[0] if self.devices else None
+        self._bottom = self.devices[-1] if self.devices else None
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _read(self) -> tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]]:
+        disks = measure.read_diskstats(self.devices) if self.devices else {}
+        return (
+            time.monotonic(),
+            {name: (c.read_bytes, c.write_bytes) for name, c in disks.items()},
+            read_cpu(),
+        )
+
+    def _loop(self) -> None:
+        cpu_start = time.thread_time()
+        start, disks, cpu = self._read()
+        previous = (start, disks, cpu)
+        ticks = 0
+        while True:
+            ticks += 1
+            # Sleep to a fixed schedule so the series does not drift with read costs.
+            stopping = self._stop.wait(max(0.0, start + ticks * self.interval_s - time.monotonic()))
+            current = self._read()
+            self.samples.append(self._delta(start, previous, current))
+            previous = current
+            if stopping:
+                break
+        self.cost = SamplerCost(
+            interval_s=self.interval_s,
+            count=len(self.samples),
+            cpu_s=time.thread_time() - cpu_start,
+            wall_s=previous[0] - start,
+        )
+
+    def _delta(
+        self,
+        start: float,
+        before: tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]],
+        after: tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]],
+    ) -> Sample:
+        def bytes_of(device: str | None, which: int) -> int:
+            if device is None or device not in before[1] or device not in after[1]:
+                return 0
+            return after[1][device][which] - before[1][device][which]
+
+        total = after[2][0] - before[2][0]
+        idle = after[2][1] - before[2][1]
+        iowait = after[2][2] - before[2][2]
+        return Sample(
+            t_s=round(after[0] - start, 4),
+            dt_s=round(after[0] - before[0], 4),
+            read_bytes=bytes_of(self._top, 0),
+            write_bytes=bytes_of(self._top, 1),
+            disk_read_bytes=bytes_of(self._bottom, 0),
+            disk_write_bytes=bytes_of(self._bottom, 1),
+            cpu_busy_pct=100.0 * (total - idle - iowait) / total if total > 0 else 0.0,
+            cpu_iowait_pct=100.0 * iowait / total if total > 0 else 0.0,
+        )
