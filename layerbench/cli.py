@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -22,11 +23,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, namespace
+from layerbench import __version__, doctor, namespace
+from layerbench.compare import compare, load_side
 from layerbench.errors import UserError
 from layerbench.experiment import Experiment, Trial
 from layerbench.plan import load_plan
 from layerbench.reports import base as reports
+from layerbench.reports import comparison as comparison_formats
+from layerbench.reports import csv_export
+from layerbench.reports import history as history_formats
 from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -87,6 +92,32 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--db", type=Path, default=DEFAULT_DB)
     report.add_argument("--format", default="text", choices=sorted(reports.load_formats()))
     report.add_argument("-o", "--output", type=Path, help="write to this file")
+    report.add_argument(
+        "--what",
+        default="runs",
+        choices=("runs", "samples"),
+        help="csv only: one row per run, or per time-series sample",
+    )
+
+    comparing = commands.add_parser(
+        "compare", help="experiment B against experiment A, per stack and workload"
+    )
+    comparing.add_argument("a", type=int, help="experiment id A (the reference)")
+    comparing.add_argument("b", type=int, help="experiment id B")
+    comparing.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file of A (and of B)")
+    comparing.add_argument("--db-b", type=Path, help="results file of B, when it is another one")
+    comparing.add_argument("--format", default="text", choices=sorted(comparison_formats.FORMATS))
+    comparing.add_argument("-o", "--output", type=Path, help="write to this file")
+
+    history = commands.add_parser("history", help="every experiment in the results file")
+    history.add_argument("--db", type=Path, default=DEFAULT_DB)
+    history.add_argument("--format", default="text", choices=sorted(history_formats.FORMATS))
+
+    doctoring = commands.add_parser("doctor", help="is this host fit to measure on? checks with fixes")
+    doctoring.add_argument("plan", nargs="?", help="plan TOML file: check its tools and disk space too")
+    doctoring.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
+    doctoring.add_argument("--quick", action="store_true", help="skip the idle-write probe (about 11 s)")
+    doctoring.add_argument("--format", default="text", choices=("text", "json"))
 
     commands.add_parser("list", help="layer and workload kinds, and whether this host has them")
 
@@ -137,6 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         reason = namespace.enter_private_mount_namespace()
         if reason:
             warnings.append(f"mounts are in the host's namespace: {reason}")
+    for line in doctor.warnings_before_run(args.scratch, plan):
+        console.print(f"[yellow]{line}[/yellow]")
+        warnings.append(line)
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench run")
     try:
@@ -194,7 +228,8 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
 
         def update(trial: Trial, total: int, row: dict[str, Any] | None) -> None:
             nonlocal last
-            what = f"{trial.stack} × {trial.workload} rep {trial.rep + 1}"
+            reps = experiment.plan.warmup if trial.warmup else experiment.plan.reps
+            what = f"{trial.stack} × {trial.workload} rep {trial.rep + 1}/{reps}"
             what += " (warm-up)" if trial.warmup else ""
             if row is None:
                 progress.update(task, description=f"{what}{last}")
@@ -226,23 +261,63 @@ def cmd_report(args: argparse.Namespace) -> int:
     if ident is None:
         raise UserError(f"{args.db}: holds no experiment yet")
     data = reports.gather(store, ident)
+    if args.what == "samples":
+        if args.format != "csv":
+            raise UserError("--what samples: only with --format csv (json holds the samples of every run)")
+        return _emit(csv_export.render_samples(data), args.output)
     if args.format == "text" and args.output is None:
         for part in text_report.build(data):
             out.print(part)
         return 0
-    document = reports.render(data, args.format)
-    if args.output is None:
+    return _emit(reports.render(data, args.format), args.output)
+
+
+def _emit(document: str, output: Path | None) -> int:
+    if output is None:
         sys.stdout.write(document)
         return 0
     # Write beside the target and rename: never a half-written report.
-    directory = args.output.resolve().parent
+    directory = output.resolve().parent
     if not directory.is_dir():
-        raise UserError(f"-o {args.output}: directory {directory} does not exist")
+        raise UserError(f"-o {output}: directory {directory} does not exist")
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as handle:
         handle.write(document)
-    os.replace(handle.name, args.output)
-    console.print(f"wrote {args.output}")
+    os.replace(handle.name, output)
+    console.print(f"wrote {output}")
     return 0
+
+
+def _existing_db(path: Path) -> Path:
+    if not path.exists():
+        raise UserError(f"{path}: no results database; run `layerbench run` first")
+    return path
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    side_a = load_side(_existing_db(args.db), args.a)
+    side_b = load_side(_existing_db(args.db_b or args.db), args.b)
+    return _emit(comparison_formats.FORMATS[args.format](compare(side_a, side_b)), args.output)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    records = Store(_existing_db(args.db)).history()
+    return _emit(history_formats.FORMATS[args.format](records), None)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan) if args.plan else None
+    checks = doctor.diagnose(args.scratch, plan, probe=not args.quick)
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"checks": [c.as_dict() for c in checks]}, indent=2) + "\n")
+    else:
+        table = Table(title="doctor", title_justify="left")
+        for column in ("check", "status", "found", "fix"):
+            table.add_column(column, overflow="fold")
+        style = {"ok": "green", "warn": "yellow", "fail": "red", "info": "dim"}
+        for check in checks:
+            table.add_row(check.name, check.status, check.detail, check.fix, style=style[check.status])
+        out.print(table)
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -286,6 +361,9 @@ COMMANDS = {
     "report": cmd_report,
     "list": cmd_list,
     "clean": cmd_clean,
+    "compare": cmd_compare,
+    "history": cmd_history,
+    "doctor": cmd_doctor,
 }
 
 
