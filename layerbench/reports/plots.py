@@ -6,24 +6,32 @@ report that embeds them needs no network to be viewed.
 
 import io
 from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: render to files only
-
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.figure import Figure
 
-plt.rcParams.update(
-    {
-        "svg.fonttype": "none",
-        "font.family": "DejaVu Sans",
-        "font.size": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-    }
-)
+
+@cache
+def pyplot() -> ModuleType:
+    """matplotlib, loaded on the first plot: every other command starts faster without it."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: render to files only
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "font.family": "DejaVu Sans",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
+    return plt
+
 
 SIGNIFICANT = "#c0392b"
 NEUTRAL = "#2c3e50"
@@ -42,10 +50,10 @@ class RatioPoint:
     is_baseline: bool = False
 
 
-def to_svg(figure: Figure) -> str:
+def to_svg(figure: Any) -> str:
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(figure)
+    pyplot().close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
 
@@ -54,7 +62,7 @@ def ratio_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str) -> str:
     """One panel per workload: each stack's ratio as a point with its CI whisker and a line
     at 1.0; significant differences in red and marked with a star."""
     height = sum(max(len(points), 1) * 0.38 + 0.8 for points in panels.values())
-    figure, axes = plt.subplots(
+    figure, axes = pyplot().subplots(
         len(panels),
         1,
         figsize=(7.5, max(height, 1.8)),
@@ -107,7 +115,7 @@ def ratio_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str) -> str:
 def runs_figure(panels: dict[str, dict[str, tuple[list[float], list[float]]]], *, ylabel: str) -> str:
     """One panel per workload: every run as a dot beside its stack (measured filled, warm-up
     hollow), the median as a bar, so outliers and noise show."""
-    figure, axes = plt.subplots(1, len(panels), figsize=(max(3.2 * len(panels), 5), 3.4), squeeze=False)
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(max(3.2 * len(panels), 5), 3.4), squeeze=False)
     rng = np.random.default_rng(0)  # the same jitter every time the report is drawn
     for axis, (title, by_stack) in zip(axes[0], panels.items(), strict=True):
         for x, (measured, warmups) in enumerate(by_stack.values()):
@@ -165,7 +173,7 @@ class Series:
 
 def timeseries_figure(panels: list[Series]) -> str:
     """One column per workload: device throughput above, host CPU busy / iowait below."""
-    figure, axes = plt.subplots(
+    figure, axes = pyplot().subplots(
         2, len(panels), figsize=(max(3.4 * len(panels), 5), 3.8), squeeze=False, sharex="col"
     )
     for column, series in enumerate(panels):

@@ -1,0 +1,294 @@
+"""Every new format, produced from a real small experiment and parsed back: JSON with
+samples, CSV of runs and of samples, HTML (rendered in headless Chromium), compare in all
+its formats, history."""
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from html import unescape
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import TEST_ROOT, cli, one_line_error
+
+pytestmark = pytest.mark.e2e
+
+PLAN = """
+name = "reports"
+reps = 4
+warmup = 1
+baseline = "disk"
+seed = 11
+[stacks.disk]
+layers = []
+[stacks.image]
+layers = [{ kind = "image", fs = "ext4", size = "256M" }]
+[stacks.ram]
+layers = [{ kind = "tmpfs", size = "256M" }]
+[workloads.write]
+kind = "stream-write"
+size = "96M"
+[workloads.files]
+kind = "metadata"
+files = 400
+"""
+STACKS = ("disk", "image", "ram")
+WORKLOADS = ("write", "files")
+RUNS = len(STACKS) * len(WORKLOADS) * (4 + 1)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    base = tmp_path_factory.mktemp("reports")
+    (base / "plan.toml").write_text(PLAN)
+    path = base / "results.db"
+    # Two experiments of one plan in one file: compare and history have something to show.
+    for _ in range(2):
+        cli(
+            "run",
+            str(base / "plan.toml"),
+            "--db",
+            str(path),
+            "--scratch",
+            str(TEST_ROOT / "reports-run"),
+            "--quiet",
+            check=True,
+        )
+    return path
+
+
+def report(db: Path, *args: str) -> str:
+    return cli("report", "--db", str(db), *args, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def document(db: Path) -> dict:
+    return json.loads(report(db, "--format", "json"))
+
+
+def test_json_schema_2_carries_each_runs_samples(document: dict) -> None:
+    assert document["schema_version"] == 2
+    runs = document["runs"]
+    assert len(runs) == RUNS
+    for run in runs:
+        samples = run["samples"]
+        assert samples, run
+        # The series spans the run: its last sample ends at (or just after) the run's end.
+        assert samples[-1]["t_s"] >= run["wall_s"] * 0.9
+        assert [s["t_s"] for s in samples] == sorted(s["t_s"] for s in samples)
+        cost = run["facts"]["sampler"]
+        assert cost["count"] == len(samples) and cost["cpu_s"] >= 0
+    disk_writes = [r for r in runs if r["stack"] == "disk" and r["workload"] == "write"]
+    for run in disk_writes:
+        # The samples add up to the run's own device counter (the same device and interval).
+        total = sum(s["write_bytes"] for s in run["samples"])
+        assert total >= 96 * 2**20 * 0.9
+        assert abs(total - run["write_bytes"]) <= 0.05 * run["write_bytes"] + 2**20
+    for run in (r for r in runs if r["stack"] == "ram"):
+        assert sum(s["write_bytes"] for s in run["samples"]) == 0  # no device under a tmpfs
+
+
+def test_csv_of_runs_and_of_samples(db: Path, document: dict) -> None:
+    runs = list(csv.DictReader(io.StringIO(report(db, "--format", "csv"))))
+    assert len(runs) == RUNS and all(float(r["wall_s"]) > 0 for r in runs)
+    samples = list(csv.DictReader(io.StringIO(report(db, "--format", "csv", "--what", "samples"))))
+    assert len(samples) == sum(len(r["samples"]) for r in document["runs"])
+    assert {s["stack"] for s in samples} == set(STACKS)
+    first = samples[0]
+    assert set(first) >= {
+        "trial",
+        "stack",
+        "workload",
+        "rep",
+        "warmup",
+        "t_s",
+        "dt_s",
+        "write_bytes",
+        "disk_write_bytes",
+        "cpu_busy_pct",
+        "cpu_iowait_pct",
+    }
+    assert 0 <= float(first["cpu_busy_pct"]) <= 100
+
+
+def test_samples_need_csv(db: Path) -> None:
+    line = one_line_error(cli("report", "--db", str(db), "--format", "json", "--what", "samples"))
+    assert "--what samples" in line
+
+
+class _Figures(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, int] = {}  # figure id -> number of <svg> inside
+        self.headings: list[str] = []
+        self._current: str | None = None
+        self._in_heading = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "div" and attributes.get("class") == "figure":
+            self._current = attributes.get("id")
+            self.figures[self._current or ""] = 0
+        if tag == "svg" and self._current:
+            self.figures[self._current] += 1
+            self._current = None
+        self._in_heading = tag in ("h2", "h3")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_heading and data.strip():
+            self.headings.append(data.strip())
+            self._in_heading = False
+
+
+def test_html_is_one_self_contained_page(db: Path, tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    cli("report", "--db", str(db), "--format", "html", "-o", str(target), check=True)
+    page = target.read_text()
+    parser = _Figures()
+    parser.feed(page)
+    expected = {"ratio-plot", "runs-plot", *(f"series-{s}" for s in STACKS)}
+    assert set(parser.figures) == expected and all(parser.figures.values())
+    for heading in ("Hardware/OS", "Stacks", "Warnings", "The plan", "During the runs"):
+        assert heading in parser.headings
+    # Nothing is fetched: no external script, stylesheet, image or font.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "/dev/loop" in page  # the image stack's mount line
+    assert 'kind = "stream-write"' in unescape(page)  # the plan
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=TEST_ROOT)
+    try:
+        return subprocess.run(
+            [
+                shutil.which("chromium") or "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_html_renders_in_chromium_with_its_plots(db: Path, tmp_path: Path) -> None:
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from PIL import Image
+
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)
+    target = tmp_path / "report.html"
+    cli("report", "--db", str(db), "--format", "html", "-o", str(target), check=True)
+    # Ask the rendered page itself how large each plot is drawn.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        target.read_text().replace(
+            "</body>",
+            """<script>
+for (const f of document.querySelectorAll('.figure')) {
+  const box = f.querySelector('svg').getBoundingClientRect();
+  f.setAttribute('data-drawn', Math.round(box.width) + 'x' + Math.round(box.height));
+}</script></body>""",
+        )
+    )
+    dom = _chromium("--dump-dom", f"file://{probe}").stdout
+    drawn = dict(re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+x\d+)\"", dom))
+    assert set(drawn) == {"ratio-plot", "runs-plot", *(f"series-{s}" for s in STACKS)}, dom[-2000:]
+    for name, size in drawn.items():
+        width, height = (int(v) for v in size.split("x"))
+        assert width > 300 and height > 100, (name, size)
+    shot = tmp_path / "report.png"
+    done = _chromium("--window-size=1280,4200", f"--screenshot={shot}", f"file://{target}")
+    assert shot.exists(), done.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 4200)
+    pixels = np.asarray(image, dtype=int)
+    inked = float((pixels.sum(axis=2) < 600).mean())
+    assert inked > 0.01, f"the page looks blank ({inked:.2%} of pixels not white)"
+    # The plots draw in colour (the significance red, the throughput and CPU lines): text does not.
+    coloured = int(((pixels.max(axis=2) - pixels.min(axis=2)) > 60).sum())
+    assert coloured > 2000, coloured
+    shutil.copy(shot, TEST_ROOT / "last-report-screenshot.png")
+
+
+def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
+    text = cli("compare", "1", "2", "--db", str(db), check=True).stdout
+    assert "B/A [95% CI]" in text and "host differences" in text
+    document = json.loads(cli("compare", "1", "2", "--db", str(db), "--format", "json", check=True).stdout)
+    assert document["a"]["id"] == 1 and document["b"]["id"] == 2
+    rows = document["rows"]
+    assert {(r["stack"], r["workload"]) for r in rows} == {(s, w) for s in STACKS for w in WORKLOADS}
+    for row in rows:
+        assert row["n"] == 4
+        assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
+        assert row["verdict"] in ("slower", "faster", "no significant difference")
+    # One host, one plan: no differences but the ones that change between runs anyway.
+    assert not document["plans_differ"]
+    assert all(d["key"] != "cpu_model" for d in document["host_differences"])
+    markdown = cli("compare", "1", "2", "--db", str(db), "--format", "markdown", check=True).stdout
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(table) >= 2 + len(rows)
+    assert all(line.count("|") == table[0].count("|") for line in table[: 2 + len(rows)])
+    # --db-b: B from another file.
+    other = tmp_path / "other.db"
+    shutil.copy(db, other)
+    html = cli(
+        "compare", "1", "2", "--db", str(db), "--db-b", str(other), "--format", "html", check=True
+    ).stdout
+    parser = _Figures()
+    parser.feed(html)
+    assert parser.figures == {"ratio-plot": 1} and "Host differences" in parser.headings
+    assert str(other) in html
+
+
+def test_compare_shows_host_differences(db: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "kernel.db"
+    shutil.copy(db, other)
+    with sqlite3.connect(other) as connection:
+        host = json.loads(connection.execute("SELECT host_json FROM experiments WHERE id = 2").fetchone()[0])
+        host["kernel"] = "Linux 9.9.9-other"
+        connection.execute("UPDATE experiments SET host_json = ? WHERE id = 2", (json.dumps(host),))
+    document = json.loads(
+        cli("compare", "1", "2", "--db", str(db), "--db-b", str(other), "--format", "json", check=True).stdout
+    )
+    kernel = [d for d in document["host_differences"] if d["key"] == "kernel"]
+    assert kernel and kernel[0]["b"] == "Linux 9.9.9-other" and kernel[0]["a"] != kernel[0]["b"]
+    text = cli("compare", "1", "2", "--db", str(db), "--db-b", str(other), check=True).stdout
+    assert "Linux 9.9.9-other" in text
+
+
+def test_compare_and_history_bad_input(db: Path, tmp_path: Path) -> None:
+    assert "no experiment 99" in one_line_error(cli("compare", "1", "99", "--db", str(db)))
+    assert "no results database" in one_line_error(cli("history", "--db", str(tmp_path / "none.db")))
+
+
+def test_history_lists_every_experiment(db: Path) -> None:
+    document = json.loads(cli("history", "--db", str(db), "--format", "json", check=True).stdout)
+    experiments = document["experiments"]
+    assert [e["id"] for e in experiments] == [1, 2]
+    for experiment in experiments:
+        assert experiment["name"] == "reports" and experiment["status"] == "done"
+        assert experiment["stacks"] == list(STACKS) and experiment["workloads"] == list(WORKLOADS)
+        assert experiment["runs"] == RUNS and experiment["host"]
+    text = cli("history", "--db", str(db), check=True).stdout
+    assert re.search(r"\b2 +│ reports", text) and "disk, image, ram" in text

@@ -1,0 +1,122 @@
+"""The doctor's checks on this very host: what it says must match what is here."""
+
+import json
+import os
+from pathlib import Path
+
+from helpers import cli
+
+from layerbench import doctor
+from layerbench.plan import parse_plan
+
+BIG = """
+name = "big"
+[stacks.disk]
+layers = []
+[stacks.image]
+layers = [{ kind = "image", size = "100T" }]
+[workloads.write]
+kind = "stream-write"
+size = "1G"
+fill = "2G"
+"""
+
+
+def test_every_check_has_a_status_and_a_fix_when_not_ok(scratch_root: Path) -> None:
+    checks = doctor.diagnose(scratch_root, None, probe=False)
+    names = {c.name for c in checks}
+    assert {
+        "root",
+        "loop devices",
+        "overlay",
+        "tmpfs",
+        "fuse",
+        "9p",
+        "kvm",
+        "tool fio",
+        "tool losetup",
+        "tool tar",
+        "tool qemu-system-x86_64",
+        "space",
+        "busy processes",
+        "load",
+        "swap",
+        "CPU governor",
+        "THP",
+    } <= names
+    for check in checks:
+        assert check.status in ("ok", "warn", "fail", "info")
+        if check.status in ("warn", "fail"):
+            assert check.fix, check
+
+
+def test_kvm_is_described_truthfully() -> None:
+    check = doctor.check_kvm()
+    if Path("/sys/module/kvm_pvm").is_dir():
+        # This host's /dev/kvm is a paravirtual nested KVM: a stock guest kernel cannot run.
+        assert check.status == "warn" and "kvm_pvm" in check.detail and "tcg" in check.detail
+    elif not Path("/dev/kvm").exists():
+        assert check.status == "warn" and "tcg" in check.detail
+    else:
+        assert check.status in ("ok", "warn")
+
+
+def test_kernel_features_match_proc_filesystems() -> None:
+    listed = Path("/proc/filesystems").read_text()
+    by_name = {c.name: c for c in doctor.check_kernel_features()}
+    for fs in ("overlay", "tmpfs"):
+        if f"\t{fs}\n" in listed:
+            assert by_name[fs].status == "ok"
+    assert (by_name["loop devices"].status == "ok") == Path("/dev/loop-control").exists()
+
+
+def test_space_against_a_plan_that_cannot_fit(scratch_root: Path) -> None:
+    plan = parse_plan(BIG, "big.toml")
+    assert doctor.plan_needs_bytes(plan) == 100 * 2**40 + 1 * 2**30 + 2 * 2**30
+    check = doctor.check_space(scratch_root, plan)
+    assert check.status == "fail" and "100T" in check.detail and check.fix
+    # run shows it at its start, among the cheap warnings.
+    assert any(line.startswith("doctor: space:") for line in doctor.warnings_before_run(scratch_root, plan))
+
+
+def test_swap_and_thp_read_the_kernel() -> None:
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    swap_used = int(meminfo["SwapTotal"].split()[0]) - int(meminfo["SwapFree"].split()[0])
+    assert (doctor.check_swap().status == "warn") == (swap_used > 0)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists():
+        assert (doctor.check_thp().status == "warn") == ("[always]" in thp.read_text())
+
+
+def test_idle_write_probe(needs_root: None, scratch_root: Path) -> None:
+    check = doctor.check_idle_write(scratch_root)
+    assert check.status in ("ok", "warn"), check
+    speeds = [float(v) for v in check.detail.split("at once: ")[1].split(" MB/s")[0].split(", ")]
+    assert len(speeds) == 3 and all(s > 0 for s in speeds)
+    if check.status == "warn":
+        assert "warm-up is required" in check.detail and speeds[0] * doctor.SLOW_FIRST_WRITE <= max(
+            speeds[1:]
+        )
+    assert not (scratch_root / "doctor").exists()
+
+
+def test_cli_json(scratch_root: Path) -> None:
+    done = cli("doctor", "--quick", "--scratch", str(scratch_root), "--format", "json")
+    checks = json.loads(done.stdout)["checks"]
+    failed = [c for c in checks if c["status"] == "fail"]
+    assert done.returncode == (1 if failed else 0), done.stderr
+    assert os.geteuid() != 0 or not any(c["name"] == "root" for c in failed)
+    assert not any(c["name"] == "first write after idle" for c in checks)  # --quick skips the probe
+
+
+def test_cli_bad_plan(tmp_path: Path) -> None:
+    from helpers import one_line_error
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[stacks.a]\nlayers = [{ kind = "nope" }]\n[workloads.w]\nkind = "metadata"\n')
+    assert "bad.toml" in one_line_error(cli("doctor", str(bad), "--quick"))
+
+
+def test_busy_processes_excludes_itself() -> None:
+    check = doctor.check_busy_processes(window_s=0.2)
+    assert f"pid {os.getpid()}," not in check.detail
