@@ -383,7 +383,7 @@ def diagnose(scratch_root: Path, plan: Plan | None, *, probe: bool = True) -> li
     return checks
 
 
-def warnings_before_run(scratch_root: Path, plan: Plan) -> list[str]:
+def warnings_before_run(scratch_root: Path, plan: Plan | None) -> list[str]:
     """The cheap checks' warnings that matter to the run about to start (well under a second)."""
     checks = [check_space(scratch_root, plan), *(check() for check in NOISE)]
     return [f"doctor: {c.line()}" for c in checks if c.status in (WARN, FAIL)]

@@ -226,7 +226,6 @@ for (const f of document.querySelectorAll('.figure')) {
     # The plots draw in colour (the significance red, the throughput and CPU lines): text does not.
     coloured = int(((pixels.max(axis=2) - pixels.min(axis=2)) > 60).sum())
     assert coloured > 2000, coloured
-    shutil.copy(shot, TEST_ROOT / "last-report-screenshot.png")
 
 
 def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
