@@ -168,9 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         reason = namespace.enter_private_mount_namespace()
         if reason:
             warnings.append(f"mounts are in the host's namespace: {reason}")
-    for line in doctor.warnings_before_run(args.scratch, plan):
-        console.print(f"[yellow]{line}[/yellow]")
-        warnings.append(line)
+    # Stored with the experiment; printed once the input is known good (bad input: one line).
+    noise = doctor.warnings_before_run(args.scratch, plan)
+    warnings += noise
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench run")
     try:
@@ -190,6 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _interruptible(scratch):
             try:
                 experiment.prepare(warnings)
+                for line in noise:
+                    console.print(f"[yellow]{line}[/yellow]")
                 scratch.describe_holder(
                     f"layerbench run {experiment.plan.source}, experiment {experiment.id}"
                 )
