@@ -2,7 +2,6 @@
 stack's layers and mount lines, the plan and the warnings. Viewable offline."""
 
 import html
-import importlib
 from typing import Any
 
 import numpy as np
@@ -51,17 +50,6 @@ def table(header: list[str], rows: list[list[str]], classes: list[str] | None = 
 
 def bullet_list(items: list[str], css: str = "") -> str:
     return f"<ul class='{css}'>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
-
-
-def why_lines(data: ReportData) -> list[str]:
-    """The "why" lines of an explaining module, when one is installed: a module
-    `layerbench.explain` with `why_lines(data) -> list[str]` is shown under its own heading."""
-    try:
-        explain = importlib.import_module("layerbench.explain")
-    except ModuleNotFoundError:
-        return []
-    producer = getattr(explain, "why_lines", None)
-    return list(producer(data)) if producer else []
 
 
 def ratio_points(data: ReportData, workload: str) -> list[plots.RatioPoint]:
@@ -193,6 +181,9 @@ def render(data: ReportData) -> str:
             f"<h3>workload {html.escape(workload)}</h3>",
             table(header, rows, [r[3].split()[0] for r in rows]),
         ]
+        why = data.why_lines(workload)  # the read-out of explain.py
+        if why:
+            body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
     body += ["<h2>During the runs</h2>", f"<p class='note'>{html.escape(sampler_note(data))}</p>"]
     for stack in data.stacks:
         body.append(f"<h3>stack {html.escape(stack)}</h3>")
@@ -211,9 +202,6 @@ def render(data: ReportData) -> str:
         body.append(
             f"<pre>{html.escape(chr(10).join(mounts))}</pre>" if mounts else "<p class='note'>no mounts</p>"
         )
-    why = why_lines(data)
-    if why:
-        body += ["<h2>Why</h2>", bullet_list(why)]
     failed = data.failed_runs()
     if failed:
         body += [

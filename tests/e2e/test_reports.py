@@ -149,7 +149,7 @@ class _Figures(HTMLParser):
             self._in_heading = False
 
 
-def test_html_is_one_self_contained_page(db: Path, tmp_path: Path) -> None:
+def test_html_is_one_self_contained_page(db: Path, document: dict, tmp_path: Path) -> None:
     target = tmp_path / "report.html"
     cli("report", "--db", str(db), "--format", "html", "-o", str(target), check=True)
     page = target.read_text()
@@ -163,6 +163,11 @@ def test_html_is_one_self_contained_page(db: Path, tmp_path: Path) -> None:
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "/dev/loop" in page  # the image stack's mount line
     assert 'kind = "stream-write"' in unescape(page)  # the plan
+    significant = [
+        r for r in document["summary"] if r["metric"] == "wall_s" and r["verdict"] in ("slower", "faster")
+    ]
+    # The "why" read-out stands under a workload's table when some stack differs significantly.
+    assert ("<ul class='why'>" in page) == bool(significant)
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
