@@ -284,6 +284,10 @@ def _emit(document: str, output: Path | None) -> int:
         raise UserError(f"-o {output}: directory {directory} does not exist")
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as handle:
         handle.write(document)
+    # NamedTemporaryFile makes 0600 files; a report is meant to be shared like any file.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)
     os.replace(handle.name, output)
     console.print(f"wrote {output}")
     return 0
