@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,6 +37,9 @@ class Exposed:
     helper_pids: list[int] = field(default_factory=list)
     fs_size: int | None = None  # bytes, when this layer made a file system
     standalone: bool = False  # keeps no data on the layers below (tmpfs)
+    # Set by a layer that runs the layers above it and the workload somewhere else (a
+    # guest): an object with run(request, host_devices, timeout) and describe().
+    elsewhere: Any = None
 
 
 @dataclass
@@ -140,6 +143,12 @@ def _kernel_release() -> str:
 class BuiltStack:
     top: Path
     layers: list[Exposed]
+    parts: list[Layer] = field(default_factory=list)  # the layers built here, bottom to top
+    rest: list[Layer] = field(default_factory=list)  # layers left to the `elsewhere` of the top
+
+    @property
+    def elsewhere(self) -> Any:
+        return self.layers[-1].elsewhere
 
     @property
     def mount_lines(self) -> list[str]:
@@ -169,11 +178,16 @@ class BuiltStack:
 
 @contextlib.contextmanager
 def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
-    """Build layers bottom to top on a fresh base directory; tear down top to bottom."""
+    """Build layers bottom to top on a fresh base directory; tear down top to bottom.
+    A layer that runs the rest elsewhere (a vm) leaves the layers above it unbuilt here."""
     with contextlib.ExitStack() as stack:
         exposed = Exposed(path=ctx.subdir("base"))
         built = [exposed]
+        done: list[Layer] = []
         for layer in layers:
             exposed = stack.enter_context(layer.expose(ctx, exposed))
             built.append(exposed)
-        yield BuiltStack(top=exposed.path, layers=built)
+            done.append(layer)
+            if exposed.elsewhere is not None:
+                break
+        yield BuiltStack(top=exposed.path, layers=built, parts=done, rest=layers[len(done) :])

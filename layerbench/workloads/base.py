@@ -7,6 +7,7 @@ and how much work that run does (bytes written, files created) for the throughpu
 import contextlib
 import importlib
 import pkgutil
+from collections.abc import Callable
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,13 @@ class Prepared:
     units: float | None = None  # amount of work, for throughput
     unit: str | None = None  # "bytes" or "files"
     facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
+    # Called after the timed run, for what only the run knows (cycles done, latencies):
+    # it may update units and facts.
+    after_run: Callable[["Prepared"], None] | None = None
+
+    def collect(self) -> None:
+        if self.after_run is not None:
+            self.after_run(self)
 
 
 class Workload(ABC):
