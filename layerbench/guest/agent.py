@@ -20,7 +20,12 @@ from layerbench.stacks.base import BuildContext, build_stack, load_kinds
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
+def _uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
 def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
+    phases = {"agent_started_s": _uptime()}
     layer_kinds = load_kinds()
     workload_kinds = load_workload_kinds()
     layers = [
@@ -32,7 +37,9 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
     workload = kind(kind.Options(**spec["options"]), spec["name"])
     if request.get("archive"):
         # Packed by the host; the guest sees it read-only, so it must not pack it again.
-        workload.__dict__["archive"] = Archive(**{**request["archive"], "path": Path(request["archive"]["path"])})
+        workload.__dict__["archive"] = Archive(
+            **{**request["archive"], "path": Path(request["archive"]["path"])}
+        )
     if hasattr(workload, "reference_fs_size"):
         workload.reference_fs_size = request.get("reference_fs_size")  # type: ignore[attr-defined]
     scratch = Scratch(Path(request["scratch"]))
@@ -44,6 +51,7 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
             built.layers[0].fs_size = request["fs_size"]  # the guest disk is this stack's fs
         devices = built.devices()
         prepared = workload.prepare(ctx, built, resources)
+        phases["prepared_s"] = _uptime()
         measure.drop_caches()
         (share / "ready").write_text("ready\n")
         while not (share / "go").exists():  # the host takes its counters first
@@ -63,6 +71,7 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
             "units": prepared.units,
             "unit": prepared.unit,
             "facts": prepared.facts,
+            "phases": phases,  # guest uptime at each step, to see where boot time goes
             "mount_lines": built.mount_lines,
             "devices": devices,
         }
@@ -74,7 +83,7 @@ def main(share: Path) -> int:
         result = run(request, share)
     except (SetupError, UserError) as exc:
         result = {"error": str(exc)}
-    except BaseException as exc:  # noqa: BLE001 - the host must hear about any failure
+    except BaseException as exc:
         last = traceback.format_exception(exc)[-1].strip()
         result = {"error": f"agent failed: {last}"}
     part = share / "result.json.part"

@@ -5,8 +5,8 @@ initramfs layerbench builds from busybox-static and that kernel's own modules.""
 import contextlib
 import fcntl
 import functools
-import hashlib
 import gzip
+import hashlib
 import io
 import lzma
 import os
@@ -183,17 +183,20 @@ echo "layerbench-init: started"
 mount -t devtmpfs dev /dev
 mount -t proc proc /proc
 mount -t sysfs sys /sys
-for module in $(cat /modules.order); do insmod "/modules/$module" || echo "layerbench-init: insmod $module failed"; done
+for module in $(cat /modules.order); do
+    insmod "/modules/$module" || echo "layerbench-init: insmod $module failed"
+done
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 lbshare /share || reboot -f
 . /share/boot.env
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hostroot /newroot
+# The host root is only read: let the guest cache it, or every import crosses 9p.
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose hostroot /newroot
 mount -o bind /share "/newroot$SHARE"  # a virtio 9p channel mounts only once
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
 mount -t tmpfs tmp /newroot/tmp
 mount -t tmpfs run /newroot/run
-mount -t "$DISK_FS" "$DISK_DEVICE" "/newroot$DISK_MOUNT" || echo "layerbench-init: cannot mount the disk" > /share/boot-error
+mount -t "$DISK_FS" "$DISK_DEVICE" "/newroot$DISK_MOUNT" || echo "layerbench-init: cannot mount $DISK_DEVICE"
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root PYTHONPATH="$PYTHONPATH" PYTHONDONTWRITEBYTECODE=1 \
     "$PYTHON" -m layerbench.guest.agent "$SHARE"

@@ -1,6 +1,6 @@
 """markdown: the same tables as GitHub-flavoured Markdown, for an issue or a wiki."""
 
-from layerbench.reports.base import ReportData, host_lines, register, stack_table
+from layerbench.reports.base import ReportData, details_table, host_lines, register, stack_table
 
 
 def _row(cells: list[str]) -> str:
@@ -29,6 +29,9 @@ def render(data: ReportData) -> str:
         header, rows = stack_table(data, workload)
         lines += ["", f"### Workload `{workload}`", "", _row(header), _row(["---"] * len(header))]
         lines += [_row(r) for r in rows]
+        details = details_table(data, workload)
+        if details:
+            lines += ["", _row(details[0]), _row(["---"] * len(details[0]))] + [_row(r) for r in details[1]]
     failed = data.failed_runs()
     if failed:
         lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]

@@ -7,11 +7,11 @@ and how much work that run does (bytes written, files created) for the throughpu
 import contextlib
 import importlib
 import pkgutil
-from collections.abc import Callable
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +68,17 @@ class Workload(ABC):
 
         Anything that must outlive this call (a staging tmpfs) is entered on resources,
         which the trial closes after the run."""
+
+    @classmethod
+    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+        """An extra table for the reports (header, rows) from the runs' facts, given the
+        measured runs of each stack; None when the kind has nothing beyond the counters."""
+        return None
+
+    @classmethod
+    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+        """Lines for the reports' warnings (e.g. error texts kept in the facts)."""
+        return []
 
     def describe(self) -> str:
         settings = self.options.model_dump(exclude={"kind"}, exclude_defaults=True)
