@@ -53,6 +53,7 @@ class GuestKernel:
     initramfs: Path
 
 
+@functools.cache
 def newest_image_package() -> str:
     """The newest stock linux-image-*-amd64 apt knows (apt-get update fetched the lists)."""
     try:
@@ -199,7 +200,7 @@ mount -t tmpfs run /newroot/run
 mount -t "$DISK_FS" "$DISK_DEVICE" "/newroot$DISK_MOUNT" || echo "layerbench-init: cannot mount $DISK_DEVICE"
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root PYTHONPATH="$PYTHONPATH" PYTHONDONTWRITEBYTECODE=1 \
-    "$PYTHON" -m layerbench.guest.agent "$SHARE"
+    "$PYTHON" -S -m layerbench.guest.agent "$SHARE"
 sync
 umount "/newroot$DISK_MOUNT"
 reboot -f

@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import signal
+import site
 import subprocess
 import sys
 import time
@@ -231,10 +232,12 @@ class GuestTrial:
     def run(self, request: dict[str, Any], host_devices: list[str], timeout: float | None) -> GuestResult:
         share = self.spec.share
         disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
-        package_root = Path(__file__).resolve().parent.parent.parent
+        # The interpreter starts with -S (site's .pth files cost seconds under emulation),
+        # so the host's site-packages come in through PYTHONPATH.
+        python_path = ":".join([str(Path(__file__).resolve().parent.parent.parent), *site.getsitepackages()])
         (share / "boot.env").write_text(
             f"SHARE='{share}'\nDISK_MOUNT='{self.disk_mount}'\nDISK_FS='{self.disk_fs}'\n"
-            f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{package_root}'\n"
+            f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"
             # The host's own interpreter, with the packages layerbench was installed with.
             f"PYTHON='{sys.executable}'\n"
         )

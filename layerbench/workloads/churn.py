@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from layerbench import mounts
@@ -91,6 +90,8 @@ class Churn(Workload):
 
     @classmethod
     def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+        import numpy as np  # only the reports need it; the guest agent imports this module too
+
         header = [
             "stack",
             "cycles",
