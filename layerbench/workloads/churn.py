@@ -5,6 +5,7 @@ through the layer's own expose(), so every layer kind churns the way it is built
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,5 +148,14 @@ class Churn(Workload):
 
 
 def _unmount_all_under(directory: Path) -> None:
-    for entry in sorted(mounts.mounts_under(directory), key=lambda e: -len(e.mount_point)):
-        unmount_path(entry.mount_point, hurry=True)
+    """Unmount what a killed child left. A mount(8) it had started can still land after
+    the kill (the syscall finishes first), so keep looking until it stays quiet."""
+    deadline = time.monotonic() + 10
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < 0.5:
+        found = sorted(mounts.mounts_under(directory), key=lambda e: -len(e.mount_point))
+        for entry in found:
+            unmount_path(entry.mount_point, hurry=True)
+        if found:
+            quiet_since = time.monotonic()
+        time.sleep(0.05)
