@@ -3,10 +3,14 @@ expose(), latencies, no failures, no leaked mounts or loop devices, the kernel l
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers
+from helpers import REPO, TEST_ROOT, cli, leftovers
 
 from layerbench.stacks.base import load_kinds
 
@@ -89,4 +93,55 @@ def test_a_churn_killed_mid_cycle_leaves_nothing(needs_root: None, tmp_path: Pat
         cli("report", "--db", str(tmp_path / "r.db"), "--format", "json", check=True).stdout
     )
     assert document["runs"][0]["status"] == "failed" and "timed out" in document["runs"][0]["error"]
+    assert leftovers(scratch) == []
+
+
+def _start_churn(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "churn-long"\nreps = 2\nwarmup = 0\n[stacks.image]\n'
+        'layers = [{ kind = "image", size = "32M" }]\n'
+        '[workloads.churn]\nkind = "churn"\nduration = 120\nfiles = 2\n'
+    )
+    scratch = TEST_ROOT / f"churn-stop-{tmp_path.name}"
+    db = tmp_path / "r.db"
+    argv = [sys.executable, "-m", "layerbench", "run", str(plan), "--db", str(db), "--scratch", str(scratch)]
+    child = subprocess.Popen(
+        [*argv, "--quiet", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    # Wait until the churn itself mounts (the stack's own image plus a churned one).
+    deadline = time.monotonic() + 120
+    while sum("mount" in item for item in leftovers(scratch)) < 2 or not list(
+        scratch.glob("trials/*/churn/L*")
+    ):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the churn never started"
+        time.sleep(0.01)
+    time.sleep(1)
+    return child, scratch, db
+
+
+def test_ctrl_c_during_churn_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    child, scratch, _ = _start_churn(tmp_path, "--no-namespace")
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert leftovers(scratch) == []
+
+
+def test_kill_9_during_churn_then_clean_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    child, scratch, db = _start_churn(tmp_path, "--no-namespace")
+    child.kill()
+    child.communicate(timeout=60)
+    assert leftovers(scratch), "the kill should have left the churn's mounts"
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert "unmounted" in done.stdout
+    deadline = time.monotonic() + 10
+    while leftovers(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert leftovers(scratch) == []
