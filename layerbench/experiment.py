@@ -15,6 +15,7 @@ from typing import Any
 
 from layerbench import __version__, failpoints, host, measure, worlds
 from layerbench.errors import SetupError, UserError
+from layerbench.guest import machine
 from layerbench.plan import Plan, parse_plan
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, build_stack
@@ -221,24 +222,28 @@ class Experiment:
                     devices = built.devices()
                     if trial.stack not in self._stacks_seen:
                         self._record_stack(trial.stack, built, devices)
-                    prepared = workload.prepare(ctx, built, resources)
-                    facts.update(prepared.facts)
-                    if prepared.drop_caches:
-                        measure.drop_caches()
+                    if built.elsewhere is not None:  # a vm layer: the rest runs in the guest
+                        counters, prepared = machine.run_elsewhere(built, workload, devices)
                     else:
-                        os.sync()
-                    child = resources.enter_context(self._journaled_child(trial))
-                    counters = measure.run_timed(
-                        prepared.argv,
-                        cwd=prepared.cwd,
-                        env=prepared.env,
-                        timeout=workload.options.timeout,
-                        devices=devices,
-                        helper_pids=built.helper_pids,
-                        stderr_path=workdir / "stderr",
-                        on_start=child,
-                    )
+                        prepared = workload.prepare(ctx, built, resources)
+                        if prepared.drop_caches:
+                            measure.drop_caches()
+                        else:
+                            os.sync()
+                        child = resources.enter_context(self._journaled_child(trial))
+                        counters = measure.run_timed(
+                            prepared.argv,
+                            cwd=prepared.cwd,
+                            env=prepared.env,
+                            timeout=workload.options.timeout,
+                            devices=devices,
+                            helper_pids=built.helper_pids,
+                            stderr_path=workdir / "stderr",
+                            on_start=child,
+                        )
+                        prepared.collect()
                     failpoints.reached("run-finished")
+                    facts.update(prepared.facts)
                 row = counters.as_row()
                 if counters.status == "ok" and prepared.units and counters.wall_s > 0:
                     row["units"], row["unit"] = prepared.units, prepared.unit

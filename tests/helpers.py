@@ -41,9 +41,12 @@ def leftovers(root: Path) -> list[str]:
         if (mount_point + "/").startswith(prefix):
             found.append(f"mount {mount_point}")
     for loop in Path("/sys/block").glob("loop*"):
-        backing = loop / "loop" / "backing_file"
-        if backing.exists() and backing.read_text().strip().startswith(prefix):
-            found.append(f"loop device {loop.name} -> {backing.read_text().strip()}")
+        try:
+            backing = (loop / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            continue  # not bound, or detached while we looked (others use loop devices too)
+        if backing.startswith(prefix):
+            found.append(f"loop device {loop.name} -> {backing}")
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue

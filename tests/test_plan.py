@@ -108,3 +108,22 @@ def test_missing_stacks_and_workloads() -> None:
 def test_missing_plan_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UserError, match="no such plan file"):
         load_plan(str(tmp_path / "absent.toml"))
+
+
+def test_vm_and_churn_options_are_validated() -> None:
+    from layerbench.errors import UserError
+    from layerbench.plan import parse_plan
+
+    base = 'name = "x"\n[workloads.w]\nkind = "churn"\n[stacks.v]\nlayers = [{ kind = "vm", %s }]\n'
+    for bad, key in (
+        ("readonly = true", "read-only"),
+        ('memory = "64M"', "256M"),
+        ('accel = "hvf"', "accel"),
+        ('bus = "ide"', "bus"),
+        ("cpus = 0", "cpus"),
+    ):
+        with pytest.raises(UserError) as caught:
+            parse_plan(base % bad, "p.toml")
+        assert key in str(caught.value) and "p.toml" in str(caught.value)
+    plan = parse_plan(base % 'memory = "512M"', "p.toml")
+    assert plan.workloads["w"].duration == 10.0  # type: ignore[attr-defined]

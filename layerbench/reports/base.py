@@ -9,8 +9,11 @@ from typing import Any
 import numpy as np
 
 from layerbench import explain, stats
+from layerbench.guest import notes as guest_notes
 from layerbench.sizes import format_size
 from layerbench.store import Store
+from layerbench.workloads.base import Workload
+from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 # The headline metrics shown per stack; the JSON and CSV carry every metric.
 HEADLINE = ("wall_s", "throughput", "cpu_pct", "majflt", "minflt", "oublock", "helper_cpu_s")
@@ -83,7 +86,27 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     workloads = list(plan["workloads"])
     rows = stats.summaries(runs, experiment["baseline"], stacks, workloads)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
-    return ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
+    data = ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
+    data.warnings += guest_notes.notes(runs) + [
+        n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
+    ]
+    return data
+
+
+def _workload_kind(data: ReportData, workload: str) -> type[Workload]:
+    return load_workload_kinds()[data.experiment["plan"]["workloads"][workload]["kind"]]
+
+
+def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        stack: [r for r in data.runs if (r["stack"], r["workload"]) == (stack, workload) and not r["warmup"]]
+        for stack in data.stacks
+    }
+
+
+def details_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]] | None:
+    """The workload kind's own table (churn: cycles, latencies, leaks), if it has one."""
+    return _workload_kind(data, workload).details(_runs_by_stack(data, workload))
 
 
 # ---- shared formatting -----------------------------------------------------------------

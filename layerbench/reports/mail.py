@@ -1,7 +1,7 @@
 """mail: plain text for a mailing list, shaped like the FreeBSD nullfs report:
 Hardware/OS, Config per stack, Test, Numbers in csh `time` format, then the ratios."""
 
-from layerbench.reports.base import ReportData, csh_time_line, fmt_ratio, host_lines, register
+from layerbench.reports.base import ReportData, csh_time_line, details_table, fmt_ratio, host_lines, register
 
 
 @register("mail")
@@ -38,6 +38,13 @@ def render(data: ReportData) -> str:
             line = csh_time_line(medians) if medians else "no successful runs"
             lines.append(f"{stack + ':':<{width}} {line}")
         lines.append("")
+        details = details_table(data, workload)
+        if details:
+            header, rows = details
+            for row in rows:
+                pairs = ", ".join(f"{name} {value}" for name, value in zip(header[1:], row[1:], strict=True))
+                lines.append(f"{row[0] + ':':<{width}} {pairs}")
+            lines.append("")
         lines.append(f"Elapsed time against {data.baseline}:")
         for stack in data.stacks:
             row = data.summary(stack, workload, "wall_s")

@@ -1,6 +1,6 @@
 """markdown: the same tables as GitHub-flavoured Markdown, for an issue or a wiki."""
 
-from layerbench.reports.base import ReportData, host_lines, register, stack_table
+from layerbench.reports.base import ReportData, details_table, host_lines, register, stack_table
 
 
 def _row(cells: list[str]) -> str:
@@ -32,6 +32,9 @@ def render(data: ReportData) -> str:
         why = data.why_lines(workload)
         if why:
             lines += ["", "Why:", ""] + [f"- {line}" for line in why]
+        details = details_table(data, workload)
+        if details:
+            lines += ["", _row(details[0]), _row(["---"] * len(details[0]))] + [_row(r) for r in details[1]]
     failed = data.failed_runs()
     if failed:
         lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]

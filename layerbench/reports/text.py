@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from layerbench.reports.base import ReportData, host_lines, register, stack_table
+from layerbench.reports.base import ReportData, details_table, host_lines, register, stack_table
 
 _VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim"}
 
@@ -29,6 +29,14 @@ def build(data: ReportData) -> list[object]:
             table.add_row(*row, style=style)
         parts.append(table)
         parts += [f"[bold]why[/bold] {line}" for line in data.why_lines(workload)]
+        details = details_table(data, workload)
+        if details:
+            extra = Table(title=f"workload {workload}: details", title_justify="left")
+            for column in details[0]:
+                extra.add_column(column, justify="left" if column == "stack" else "right")
+            for row in details[1]:
+                extra.add_row(*row)
+            parts.append(extra)
     failed = data.failed_runs()
     if failed:
         table = Table(title="failed runs", title_justify="left")

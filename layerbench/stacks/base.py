@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +38,9 @@ class Exposed:
     helper_pids: list[int] = field(default_factory=list)
     fs_size: int | None = None  # bytes, when this layer made a file system
     standalone: bool = False  # keeps no data on the layers below (tmpfs)
+    # Set by a layer that runs the layers above it and the workload somewhere else (a
+    # guest): an object with run(request, host_devices, timeout) and describe().
+    elsewhere: Any = None
 
 
 @dataclass
@@ -143,6 +146,12 @@ class BuiltStack:
     top: Path
     layers: list[Exposed]
     jail: jails.Jail | None = None  # the chroot over the top, when the stack has a world
+    parts: list[Layer] = field(default_factory=list)  # the layers built here, bottom to top
+    rest: list[Layer] = field(default_factory=list)  # layers left to the `elsewhere` of the top
+
+    @property
+    def elsewhere(self) -> Any:
+        return self.layers[-1].elsewhere
 
     @property
     def mount_lines(self) -> list[str]:
@@ -177,20 +186,25 @@ def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
 
     With a world, the base directory starts with the world in it (hard links into the
     cache: no extra copy on the disk), a layer that makes a new file system gets it copied
-    in (an ext4 image at mkfs time), and a jail is laid out over the top."""
+    in (an ext4 image at mkfs time), and a jail is laid out over the top. A layer that runs
+    the rest elsewhere (a vm) leaves the layers above it unbuilt here."""
     with contextlib.ExitStack() as stack:
         exposed = Exposed(path=ctx.subdir("base"))
         if ctx.world:
             worlds.copy_into(ctx.world, exposed.path, link=True)
         built = [exposed]
+        done: list[Layer] = []
         for layer in layers:
             exposed = stack.enter_context(layer.expose(ctx, exposed))
             if ctx.world and not worlds.visible(ctx.world, exposed.path):
                 worlds.copy_into(ctx.world, exposed.path)
             built.append(exposed)
+            done.append(layer)
+            if exposed.elsewhere is not None:
+                break
         chroot = None
-        if ctx.world:
+        if ctx.world and exposed.elsewhere is None:
             chroot = stack.enter_context(
                 jails.built(ctx.scratch, ctx.subdir("jail"), ctx.world, exposed.path)
             )
-        yield BuiltStack(top=exposed.path, layers=built, jail=chroot)
+        yield BuiltStack(top=exposed.path, layers=built, jail=chroot, parts=done, rest=layers[len(done) :])

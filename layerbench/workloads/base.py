@@ -8,9 +8,10 @@ import contextlib
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +36,13 @@ class Prepared:
     unit: str | None = None  # "bytes" or "files"
     facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
     drop_caches: bool = True  # False: the run starts with warm caches (written back, not dropped)
+    # Called after the timed run, for what only the run knows (cycles done, latencies):
+    # it may update units and facts.
+    after_run: Callable[["Prepared"], None] | None = None
+
+    def collect(self) -> None:
+        if self.after_run is not None:
+            self.after_run(self)
 
 
 class Workload(ABC):
@@ -65,6 +73,17 @@ class Workload(ABC):
 
         Anything that must outlive this call (a staging tmpfs) is entered on resources,
         which the trial closes after the run."""
+
+    @classmethod
+    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+        """An extra table for the reports (header, rows) from the runs' facts, given the
+        measured runs of each stack; None when the kind has nothing beyond the counters."""
+        return None
+
+    @classmethod
+    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+        """Lines for the reports' warnings (e.g. error texts kept in the facts)."""
+        return []
 
     def describe(self) -> str:
         settings = self.options.model_dump(exclude={"kind"}, exclude_defaults=True)

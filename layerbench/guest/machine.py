@@ -1,0 +1,335 @@
+"""The qemu guest: its command line, the accelerator it can use here, and one trial run
+inside it (boot, the agent's untimed setup, the timed run bracketed by host counters,
+shutdown). Boot and shutdown stay outside the timed region."""
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import site
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerbench import measure, system
+from layerbench.errors import SetupError
+from layerbench.guest import kernel
+from layerbench.scratch import Scratch
+
+QEMU = "qemu-system-x86_64"
+_PR_SET_PDEATHSIG = 1
+_PROBE_SECONDS = 30.0
+# Untimed work in the guest (boot, build upper layers, prepare) may be slow under tcg.
+_READY_SECONDS = 1800.0
+_SHUTDOWN_SECONDS = 15.0
+# The stock kernel reports this once /init runs; a guest that never gets there failed.
+_INIT_MARKER = "layerbench-init: started"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    cpus: int
+    memory_mib: int
+    accel: str  # kvm or tcg, resolved
+    disk_image: Path
+    disk_cache: str
+    disk_bus: str  # virtio-blk or virtio-scsi
+    share: Path  # host directory the guest mounts read-write at the same path
+    console: Path  # the guest's serial console, for errors
+
+
+def qemu_version() -> str:
+    return system.tool_version(QEMU) or "unknown"
+
+
+def command(spec: MachineSpec, guest: kernel.GuestKernel, *, quiet: bool = True) -> list[str]:
+    disk = f"file={spec.disk_image},format=raw,if=none,id=disk0,cache={spec.disk_cache}"
+    if spec.disk_cache in ("none", "directsync"):
+        disk += ",aio=native"
+    if spec.disk_bus == "virtio-scsi":
+        disk_devices = [
+            "-device", "virtio-scsi-device,id=scsi0",
+            "-device", "scsi-hd,drive=disk0,bus=scsi0.0",
+        ]  # fmt: skip
+    else:
+        disk_devices = ["-device", "virtio-blk-device,drive=disk0"]
+    # tsc=reliable: the clocksource watchdog compares the TSC with jiffies, which lag
+    # under emulation, and would switch the guest to that lagging clock.
+    append = f"console=ttyS0 panic=-1 reboot=t tsc_early_khz={tsc_khz()} tsc=reliable"
+    if quiet:
+        append += " quiet loglevel=3"
+    return [
+        QEMU,
+        "-name", "layerbench,debug-threads=off",
+        "-accel", spec.accel,
+        "-M", "microvm",
+        "-cpu", "max" if spec.accel == "tcg" else "host",
+        "-smp", str(spec.cpus),
+        "-m", str(spec.memory_mib),
+        "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+        "-serial", f"file:{spec.console}",
+        "-kernel", str(guest.vmlinuz),
+        "-initrd", str(guest.initramfs),
+        "-append", append,
+        "-drive", disk,
+        *disk_devices,
+        "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
+        "-fsdev", f"local,id=lbshare,path={spec.share},security_model=none,multidevs=remap",
+        "-device", "virtio-9p-device,fsdev=lbshare,mount_tag=lbshare",
+    ]  # fmt: skip
+
+
+def tsc_khz() -> int:
+    """The host's TSC rate. microvm has no PIT or HPET to calibrate the guest's TSC against,
+    and a guest without it hangs early in boot; under tcg its TSC ticks at the host's rate."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            return round(float(line.split(":")[1]) * 1000)
+    return 2_000_000
+
+
+def _die_with_parent() -> None:
+    # If layerbench is killed, the guest goes with it; `clean` is the second line of defence.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=handle,
+            start_new_session=True,  # a Ctrl-C reaches layerbench, which stops the guest in order
+            preexec_fn=_die_with_parent,
+        )
+
+
+def qemu_cpu_seconds(pid: int) -> float:
+    """user + sys of the qemu process, all its threads."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def tail(path: Path, lines: int = 1) -> str:
+    try:
+        text = path.read_bytes()[-4000:].decode(errors="replace")
+    except OSError:
+        return ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+# ---- the accelerator ---------------------------------------------------------------------
+
+
+def resolve_accel(wanted: str, scratch_dir: Path | None = None) -> tuple[str, str]:
+    """(accelerator, why). `auto` takes kvm only if a stock guest really boots with it:
+    a paravirtual /dev/kvm (nested PVM) opens fine but cannot run a stock kernel."""
+    if wanted != "auto":
+        return wanted, "as the plan asks"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg", "auto: no usable /dev/kvm"
+    guest = kernel.guest_kernel()
+    key = f"{qemu_version()} | host {os.uname().release} | guest {guest.initramfs}"
+    cache = kernel.cache_dir() / "accel.json"
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(cache.read_text())
+        if known.get("key") == key:
+            return str(known["accel"]), str(known["why"])
+    boots = _kvm_boots(guest, scratch_dir or kernel.cache_dir())
+    accel, why = (
+        ("kvm", "auto: a trial boot with kvm succeeded")
+        if boots
+        else ("tcg", "auto: /dev/kvm cannot run a stock guest kernel (trial boot failed)")
+    )
+    cache.write_text(json.dumps({"key": key, "accel": accel, "why": why}))
+    return accel, why
+
+
+def _kvm_boots(guest: kernel.GuestKernel, where: Path) -> bool:
+    """Boot the guest with kvm and no devices: its init announces itself, then powers off
+    (it finds no share). A guest that never gets that far cannot run here."""
+    probe = where / f"kvm-probe-{os.getpid()}"
+    probe.mkdir(parents=True, exist_ok=True)
+    try:
+        console = probe / "console.log"
+        argv = [
+            QEMU, "-accel", "kvm", "-M", "microvm", "-cpu", "host", "-smp", "1", "-m", "256",
+            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+            "-serial", f"file:{console}",
+            "-kernel", str(guest.vmlinuz), "-initrd", str(guest.initramfs),
+            "-append", f"console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz={tsc_khz()}",
+        ]  # fmt: skip
+        child = start(argv, probe / "qemu.log")
+        try:
+            deadline = time.monotonic() + _PROBE_SECONDS
+            while time.monotonic() < deadline and child.poll() is None:
+                if _INIT_MARKER in tail(console, 200):
+                    return True
+                time.sleep(0.1)
+            return _INIT_MARKER in tail(console, 200)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            child.wait()
+    finally:
+        for item in probe.iterdir():
+            item.unlink()
+        probe.rmdir()
+
+
+# ---- one trial inside the guest ------------------------------------------------------------
+
+
+@dataclass
+class GuestResult:
+    counters: measure.RunCounters
+    units: float | None
+    unit: str | None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class GuestTrial:
+    """What the vm layer hands the trial: "run the rest of this trial in the guest"."""
+
+    def __init__(
+        self,
+        scratch: Scratch,
+        spec: MachineSpec,
+        guest: kernel.GuestKernel,
+        *,
+        disk_mount: Path,
+        disk_fs: str,
+        disk_size: int,
+        accel_why: str,
+    ) -> None:
+        self.scratch = scratch
+        self.spec = spec
+        self.guest = guest
+        self.disk_mount = disk_mount
+        self.disk_fs = disk_fs
+        self.disk_size = disk_size
+        self.accel_why = accel_why
+
+    def describe(self) -> str:
+        return (
+            f"qemu guest: accel {self.spec.accel} ({self.accel_why}), {self.spec.cpus} CPU, "
+            f"{self.spec.memory_mib} MiB, microvm, kernel {self.guest.release}, "
+            f"disk {self.spec.disk_bus} cache={self.spec.disk_cache} on {self.spec.disk_image}"
+        )
+
+    def run(self, request: dict[str, Any], host_devices: list[str], timeout: float | None) -> GuestResult:
+        share = self.spec.share
+        disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
+        # The interpreter starts with -S (site's .pth files cost seconds under emulation),
+        # so the host's site-packages come in through PYTHONPATH.
+        python_path = ":".join([str(Path(__file__).resolve().parent.parent.parent), *site.getsitepackages()])
+        (share / "boot.env").write_text(
+            f"SHARE='{share}'\nDISK_MOUNT='{self.disk_mount}'\nDISK_FS='{self.disk_fs}'\n"
+            f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"
+            # The host's own interpreter, with the packages layerbench was installed with.
+            f"PYTHON='{sys.executable}'\n"
+        )
+        request = {**request, "scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
+        (share / "request.json").write_text(json.dumps(request))
+        argv = command(self.spec, self.guest)
+        holder: dict[str, subprocess.Popen[bytes]] = {}
+
+        def launch() -> int:
+            holder["qemu"] = start(argv, self.spec.console.with_name("qemu.log"))
+            return holder["qemu"].pid
+
+        with self.scratch.process(launch, f"qemu guest {self.spec.disk_image}") as pid:
+            qemu = holder["qemu"]
+            boot_started = time.monotonic()
+            self._wait_for(share / "ready", qemu, _READY_SECONDS, "get ready")
+            booted_s = time.monotonic() - boot_started
+            cpu_before = qemu_cpu_seconds(pid)
+            disks_before = measure.read_diskstats(host_devices)
+            go_at = time.monotonic()
+            (share / "go").write_text("go\n")
+            limit = (timeout or 24 * 3600.0) + 120
+            self._wait_for(share / "result.json", qemu, limit, "finish the run")
+            host_wall = time.monotonic() - go_at
+            cpu_after = qemu_cpu_seconds(pid)
+            disks_after = measure.read_diskstats(host_devices)
+            result = json.loads((share / "result.json").read_text())
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                qemu.wait(_SHUTDOWN_SECONDS)
+        if "error" in result:
+            raise SetupError(f"in the guest: {result['error']}")
+        host_deltas = {
+            f"host:{name}": {
+                key: getattr(disks_after[name], key) - getattr(disks_before[name], key)
+                for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
+            }
+            for name in disks_before
+            if name in disks_after
+        }
+        row = result["counters"]
+        guest_helper_cpu = row["helper_cpu_s"]
+        row["helper_cpu_s"] = max(cpu_after - cpu_before, 0.0)
+        row["devices"] = {f"guest:{k}": v for k, v in row["devices"].items()} | host_deltas
+        facts = {
+            **result["facts"],
+            "guest": {
+                "accel": self.spec.accel,
+                "accel_why": self.accel_why,
+                "cpus": self.spec.cpus,
+                "memory_mib": self.spec.memory_mib,
+                "kernel": self.guest.release,
+                "counters_from": "guest: wall, rusage, read/write bytes, guest:* devices; "
+                "host: helper_cpu_s (the qemu process), host:* devices",
+                "host_wall_s": host_wall,
+                "boot_and_setup_s": booted_s,
+                "guest_uptime": result["phases"],
+                "guest_helper_cpu_s": guest_helper_cpu,
+                "mount_lines": result["mount_lines"],
+                "devices": result["devices"],
+            },
+        }
+        return GuestResult(measure.RunCounters(**row), result["units"], result["unit"], facts)
+
+    def _wait_for(self, path: Path, qemu: subprocess.Popen[bytes], seconds: float, what: str) -> None:
+        deadline = time.monotonic() + seconds
+        while not path.exists():
+            if (self.spec.share / "result.json").exists():
+                return  # the agent failed before this step and says why
+            if qemu.poll() is not None:
+                console = tail(self.spec.console, 3) or tail(self.spec.console.with_name("qemu.log"), 3)
+                raise SetupError(f"the guest stopped before it could {what}: {console or 'no output'}")
+            if time.monotonic() > deadline:
+                raise SetupError(f"the guest did not {what} within {seconds:.0f}s")
+            time.sleep(0.01)
+
+
+def run_elsewhere(built: Any, workload: Any, host_devices: list[str]) -> tuple[measure.RunCounters, Any]:
+    """The rest of a trial whose stack has a vm layer: the layers above it and the workload
+    run in the guest. Returns the counters and a Prepared carrying units and facts."""
+    from layerbench.workloads.base import Prepared
+
+    archive = workload.__dict__.get("archive") if hasattr(workload, "archive") else None
+    if hasattr(workload, "archive") and archive is None:
+        archive = workload.archive
+    request = {
+        "layers": [layer.options.model_dump(warnings=False) for layer in built.rest],
+        "first_index": len(built.parts) + 1,
+        "workload": {"name": workload.name, "options": workload.options.model_dump(warnings=False)},
+        "archive": {**archive.__dict__, "path": str(archive.path)} if archive else None,
+        "reference_fs_size": getattr(workload, "reference_fs_size", None),
+        "timeout": workload.options.timeout,
+    }
+    result = built.elsewhere.run(request, host_devices, workload.options.timeout)
+    prepared = Prepared(argv=[], cwd=built.top, units=result.units, unit=result.unit, facts=result.facts)
+    return result.counters, prepared

@@ -1,0 +1,126 @@
+"""vm: a qemu guest. Its disk is an image file on the layer below (virtio); the layers
+above this one and the workload run inside the guest, on the host's own programs (the
+host's root shared read-only over 9p). The seed compared a native and a Xen kernel."""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from layerbench import system
+from layerbench.errors import SetupError, UserError
+from layerbench.guest import kernel, machine
+from layerbench.sizes import parse_size
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+
+_MKFS_ARGS = {
+    "ext4": ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
+    "xfs": ["-f", "-q"],
+    "btrfs": ["-f", "-q"],
+}
+
+
+class VmOptions(LayerOptions):
+    cpus: int = Field(default=1, ge=1, le=64)
+    memory: str = "1G"
+    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    cache: Literal["none", "writeback", "writethrough", "directsync", "unsafe"] = "none"
+    bus: Literal["virtio-blk", "virtio-scsi"] = "virtio-blk"
+    disk_size: str = "2G"
+    fs: Literal["ext4", "xfs", "btrfs"] = "ext4"  # the guest disk's file system
+    mkfs_options: list[str] = []
+
+    @field_validator("memory", "disk_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if parse_size(value) < 256 * 2**20:
+            raise ValueError("the guest needs at least 256M of memory")
+        return value
+
+    @field_validator("readonly")
+    @classmethod
+    def _readonly(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("a vm layer cannot be read-only; put a read-only layer above it")
+        return value
+
+
+@register
+class VmLayer(Layer):
+    kind = "vm"
+    Options = VmOptions
+    summary = "a qemu guest (microvm) on an image file of the layer below; layers above run inside"
+    tools = ("qemu-system-x86_64", "busybox", "apt-get", "dpkg")
+
+    @classmethod
+    def extra_tools(cls, options: object) -> tuple[str, ...]:
+        return (f"mkfs.{getattr(options, 'fs', 'ext4')}",)
+
+    @classmethod
+    def missing(cls, options: LayerOptions | None = None) -> list[str]:
+        lacks = super().missing(options)
+        if lacks or options is None:
+            return lacks
+        # Before the experiment starts: fetch the guest kernel, build the initramfs and
+        # settle the accelerator, so none of it happens during a trial.
+        try:
+            kernel.guest_kernel()
+            machine.resolve_accel(options.accel)  # type: ignore[attr-defined]
+        except (UserError, SetupError) as exc:
+            return [str(exc)]
+        return []
+
+    def fs_size(self) -> int | None:
+        return parse_size(self.options.disk_size)  # type: ignore[attr-defined]
+
+    def describe(self) -> str:
+        options: VmOptions = self.options  # type: ignore[assignment]
+        accel, _ = machine.resolve_accel(options.accel)
+        settings = options.model_dump(exclude={"kind", "accel"}, exclude_defaults=True)
+        inner = ", ".join([*(f"{k}={v}" for k, v in settings.items()), f"accel={accel}"])
+        return f"vm({inner})"
+
+    @contextlib.contextmanager
+    def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
+        options: VmOptions = self.options  # type: ignore[assignment]
+        size = parse_size(options.disk_size)
+        guest = kernel.guest_kernel()
+        accel, why = machine.resolve_accel(options.accel)
+        image = below.path / f"layer{self.index}-vm.img"
+        share = ctx.subdir(f"L{self.index}-vm-share")
+        disk_mount = ctx.subdir(f"L{self.index}-vm")  # where the guest mounts its disk
+        logs = ctx.subdir(f"L{self.index}-vm-log")
+        try:
+            with open(image, "wb") as handle:
+                handle.truncate(size)
+            system.run([f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, str(image)])
+            spec = machine.MachineSpec(
+                cpus=options.cpus,
+                memory_mib=parse_size(options.memory) // 2**20,
+                accel=accel,
+                disk_image=image,
+                disk_cache=options.cache,
+                disk_bus=options.bus,
+                share=share,
+                console=logs / "console.log",
+            )
+            trial = machine.GuestTrial(
+                ctx.scratch,
+                spec,
+                guest,
+                disk_mount=disk_mount,
+                disk_fs=options.fs,
+                disk_size=size,
+                accel_why=why,
+            )
+            yield Exposed(path=disk_mount, mount_lines=[trial.describe()], fs_size=size, elsewhere=trial)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                image.unlink()

@@ -1,0 +1,172 @@
+"""The timed child of the churn workload: mount/unmount cycles of one layer, through its
+own expose(), with latencies, failures, leaks and the kernel log, written as JSON."""
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from layerbench import mounts
+from layerbench.scratch import Scratch
+from layerbench.stacks.base import LAYER_KINDS, BuildContext, Exposed, load_kinds
+
+_ALARM = re.compile(r"Oops|BUG[: ]|WARNING:|blocked for more than|hung_task|general protection fault")
+
+
+class KernelLog:
+    """New /dev/kmsg records since the start, and those that look like trouble."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError:
+            self.fd = None
+
+    def read_new(self) -> dict[str, Any]:
+        if self.fd is None:
+            return {"checked": False, "new_lines": 0, "alarms": 0, "lines": []}
+        new = 0
+        alarms: list[str] = []
+        while True:
+            try:
+                record = os.read(self.fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue  # records overwritten while we read: go on with the next
+            if not record:
+                break
+            new += 1
+            message = record.split(";", 1)[-1].splitlines()[0] if ";" in record else record
+            if _ALARM.search(message):
+                alarms.append(message.strip())
+        os.close(self.fd)
+        return {"checked": True, "new_lines": new, "alarms": len(alarms), "lines": alarms[:20]}
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "p99": None, "max": None}
+    array = np.array(values)
+    return {
+        "p50": float(np.percentile(array, 50)),
+        "p90": float(np.percentile(array, 90)),
+        "p99": float(np.percentile(array, 99)),
+        "max": float(array.max()),
+    }
+
+
+def _touch(path: Path, files: int, size: int, writable: bool) -> None:
+    """The automounter case: someone uses the fs between mount and unmount."""
+    payload = os.urandom(size)
+    if writable:
+        for number in range(files):
+            target = path / f"churn-{number}"
+            target.write_bytes(payload)
+            if target.read_bytes() != payload:
+                raise OSError(f"{target}: read back differs from what was written")
+    else:
+        for entry in list(path.iterdir())[:files]:
+            if entry.is_file():
+                entry.read_bytes()
+
+
+def _remove_new_dirs(directory: Path, before: set[str]) -> None:
+    for name in set(os.listdir(directory)) - before:
+        path = directory / name
+        if path.is_dir() and not mounts.is_mount_point(path):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def churn(spec: dict[str, Any]) -> dict[str, Any]:
+    load_kinds()
+    scratch = Scratch(Path(spec["scratch"]))
+    # Journal ids of our own, far above the parent's, so the two never reuse one.
+    scratch.journal._next = 10**12 + os.getpid() * 10**8
+    options = LAYER_KINDS[spec["layer"]["kind"]].Options(**spec["layer"])
+    kind = LAYER_KINDS[options.kind]
+    below = Exposed(
+        path=Path(spec["below"]["path"]),
+        fs_size=spec["below"]["fs_size"],
+        standalone=spec["below"]["standalone"],
+    )
+    workdir = Path(spec["workdir"])
+    ctx = BuildContext(scratch=scratch, workdir=workdir)
+    mounts_before = len(mounts.mounts_under(scratch.root))
+    loops_before = len(scratch.loop_devices())
+    log = KernelLog()
+    mount_s: list[float] = []
+    unmount_s: list[float] = []
+    errors: list[str] = []
+    failures = 0
+    cycle = 0
+    start = time.monotonic()
+    deadline = start + spec["duration"] if spec["duration"] else None
+    while (spec["cycles"] is None or cycle < spec["cycles"]) and (
+        deadline is None or time.monotonic() < deadline
+    ):
+        layer = kind(options, spec["first_index"] + cycle)
+        cycle += 1
+        work_before, below_before = set(os.listdir(workdir)), set(os.listdir(below.path))
+        began = time.monotonic()
+        manager = layer.expose(ctx, below)
+        try:
+            exposed = manager.__enter__()
+        except Exception as exc:
+            failures += 1
+            errors.append(f"cycle {cycle} mount: {exc}")
+        else:
+            mount_s.append(time.monotonic() - began)
+            try:
+                if spec["files"]:
+                    _touch(exposed.path, spec["files"], spec["file_size"], not options.readonly)
+            except OSError as exc:
+                failures += 1
+                errors.append(f"cycle {cycle} files: {exc}")
+            began = time.monotonic()
+            try:
+                manager.__exit__(None, None, None)
+                unmount_s.append(time.monotonic() - began)
+            except Exception as exc:
+                failures += 1
+                errors.append(f"cycle {cycle} unmount: {exc}")
+        _remove_new_dirs(workdir, work_before)
+        _remove_new_dirs(below.path, below_before)
+    elapsed = time.monotonic() - start
+    # Loop devices detach themselves after the last unmount, not always at once.
+    settle = time.monotonic() + 2
+    while len(scratch.loop_devices()) > loops_before and time.monotonic() < settle:
+        time.sleep(0.05)
+    return {
+        "cycles": cycle,
+        "seconds": elapsed,
+        "cycles_per_s": cycle / elapsed if elapsed > 0 else 0.0,
+        "mount_s": _percentiles(mount_s),
+        "unmount_s": _percentiles(unmount_s),
+        "failures": failures,
+        "errors": errors[:20],
+        "leaked_mounts": max(len(mounts.mounts_under(scratch.root)) - mounts_before, 0),
+        "leaked_loops": max(len(scratch.loop_devices()) - loops_before, 0),
+        "kernel_log": log.read_new(),
+    }
+
+
+def main(spec_path: Path) -> int:
+    spec = json.loads(spec_path.read_text())
+    result = churn(spec)
+    part = Path(spec["result"] + ".part")
+    part.write_text(json.dumps(result))
+    os.replace(part, spec["result"])
+    return 1 if result["failures"] or result["leaked_mounts"] or result["leaked_loops"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,161 @@
+"""churn: mount and unmount the stack's top layer again and again (the automounter case of
+the seed: an hour of rapid mounts and unmounts to prove a kernel fix). Each cycle goes
+through the layer's own expose(), so every layer kind churns the way it is built."""
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from layerbench import mounts
+from layerbench.errors import SetupError
+from layerbench.scratch import unmount_path
+from layerbench.sizes import parse_size
+from layerbench.stacks.base import BuildContext, BuiltStack
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class ChurnOptions(WorkloadOptions):
+    duration: float | None = Field(default=None, gt=0, description="seconds of churn")
+    cycles: int | None = Field(default=None, ge=1, description="mount/unmount cycles")
+    files: int = Field(default=0, ge=0, description="files written and read back in each cycle")
+    file_size: str = "4K"
+
+    @field_validator("file_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "ChurnOptions":
+        if self.duration is None and self.cycles is None:
+            self.duration = 10.0
+        return self
+
+
+@register
+class Churn(Workload):
+    kind = "churn"
+    Options = ChurnOptions
+    summary = "mount and unmount the stack's top layer in rapid succession; latencies, leaks, kernel log"
+    tools = ("mount", "umount")
+
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
+        options: ChurnOptions = self.options  # type: ignore[assignment]
+        if not stack.parts:
+            raise SetupError("churn: the stack has no layer to mount and unmount; give it at least one")
+        top = stack.parts[-1]
+        below = stack.layers[-2]
+        churn_dir = ctx.subdir("churn")
+        # Whatever a killed or timed-out child left mounted goes before the trial's own teardown.
+        resources.callback(_unmount_all_under, churn_dir)
+        spec = {
+            "scratch": str(ctx.scratch.root),
+            "layer": top.options.model_dump(warnings=False),
+            "first_index": 1000 + top.index,
+            "below": {"path": str(below.path), "fs_size": below.fs_size, "standalone": below.standalone},
+            "workdir": str(churn_dir),
+            "duration": options.duration,
+            "cycles": options.cycles,
+            "files": options.files,
+            "file_size": parse_size(options.file_size),
+            "result": str(ctx.workdir / "churn-result.json"),
+        }
+        spec_path = ctx.workdir / "churn-spec.json"
+        spec_path.write_text(json.dumps(spec))
+
+        def collect(prepared: Prepared) -> None:
+            result_path = Path(spec["result"])  # type: ignore[arg-type]
+            if not result_path.exists():
+                return
+            result = json.loads(result_path.read_text())
+            prepared.units = result["cycles"]
+            prepared.facts["churn"] = result
+
+        return Prepared(
+            argv=[sys.executable, "-m", "layerbench.workloads._churn_child", str(spec_path)],
+            cwd=churn_dir,
+            env={"PYTHONPATH": str(_PACKAGE_ROOT)},
+            units=None,
+            unit="cycles",
+            facts={"churned_layer": top.describe()},
+            after_run=collect,
+        )
+
+    @classmethod
+    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+        import numpy as np  # only the reports need it; the guest agent imports this module too
+
+        header = [
+            "stack",
+            "cycles",
+            "cycles/s",
+            "mount p50/p90/p99",
+            "unmount p50/p90/p99",
+            "failures",
+            "leaked mounts+loops",
+            "kernel log",
+        ]
+        rows = []
+        for stack, group in runs.items():
+            results = [r["facts"]["churn"] for r in group if "churn" in r.get("facts", {})]
+            if not results:
+                rows.append([stack, "0", "-", "-", "-", "-", "-", "-"])
+                continue
+
+            def median(key: str, part: str, results: list[dict[str, Any]] = results) -> float:
+                return float(
+                    np.median([r[key][part] for r in results if r[key].get(part) is not None] or [0])
+                )
+
+            def lat(key: str) -> str:
+                return "/".join(f"{median(key, p) * 1000:.1f}" for p in ("p50", "p90", "p99")) + " ms"
+
+            checked = all(r["kernel_log"]["checked"] for r in results)
+            alarms = sum(r["kernel_log"]["alarms"] for r in results)
+            rows.append(
+                [
+                    stack,
+                    f"{sum(r['cycles'] for r in results):,}",
+                    f"{np.median([r['cycles_per_s'] for r in results]):,.1f}",
+                    lat("mount_s"),
+                    lat("unmount_s"),
+                    str(sum(r["failures"] for r in results)),
+                    f"{sum(r['leaked_mounts'] for r in results)}+{sum(r['leaked_loops'] for r in results)}",
+                    (f"{alarms} oops/BUG/WARNING/hung" if checked else "not readable"),
+                ]
+            )
+        return header, rows
+
+    @classmethod
+    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+        notes = []
+        for stack, group in runs.items():
+            for run in group:
+                churn = run.get("facts", {}).get("churn")
+                if not churn:
+                    continue
+                notes += [f"churn {stack}: {e}" for e in churn["errors"][:3]]
+                notes += [f"churn {stack}: kernel log: {line}" for line in churn["kernel_log"]["lines"][:3]]
+        return list(dict.fromkeys(notes))
+
+
+def _unmount_all_under(directory: Path) -> None:
+    """Unmount what a killed child left. A mount(8) it had started can still land after
+    the kill (the syscall finishes first), so keep looking until it stays quiet."""
+    deadline = time.monotonic() + 10
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < 0.5:
+        found = sorted(mounts.mounts_under(directory), key=lambda e: -len(e.mount_point))
+        for entry in found:
+            unmount_path(entry.mount_point, hurry=True)
+        if found:
+            quiet_since = time.monotonic()
+        time.sleep(0.05)

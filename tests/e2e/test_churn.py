@@ -1,0 +1,147 @@
+"""churn for real on every layer kind this host has: cycles through the layer's own
+expose(), latencies, no failures, no leaked mounts or loop devices, the kernel log read."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TEST_ROOT, cli, leftovers
+
+from layerbench.stacks.base import load_kinds
+
+pytestmark = pytest.mark.e2e
+
+# A vm top layer runs the workload inside its guest, where nothing is left to churn;
+# tests/e2e/test_vm.py covers the guest.
+KINDS = sorted(kind for kind in load_kinds() if kind != "vm")
+_OPTIONS = {"tmpfs": ', size = "32M"', "image": ', size = "32M"'}
+
+
+def _plan(cycles: int, files: int, extra: str = "") -> str:
+    stacks = "".join(
+        f'[stacks.{kind}]\nlayers = [{{ kind = "{kind}"{_OPTIONS.get(kind, "")} }}]\n' for kind in KINDS
+    )
+    return (
+        f'name = "churn-e2e"\nreps = 1\nwarmup = 0\nbaseline = "{KINDS[0]}"\n{stacks}'
+        f'[workloads.churn]\nkind = "churn"\ncycles = {cycles}\nfiles = {files}\n{extra}'
+    )
+
+
+@pytest.fixture(scope="module")
+def churned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and /dev/kmsg")
+    base = tmp_path_factory.mktemp("churn")
+    plan = base / "plan.toml"
+    plan.write_text(_plan(cycles=25, files=2))
+    db = base / "r.db"
+    scratch = TEST_ROOT / "churn-run"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    assert done.returncode == 0, done.stderr
+    return {
+        "json": json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout),
+        "text": cli("report", "--db", str(db), check=True).stdout,
+        "markdown": cli("report", "--db", str(db), "--format", "markdown", check=True).stdout,
+        "mail": cli("report", "--db", str(db), "--format", "mail", check=True).stdout,
+        "leftovers": leftovers(scratch),
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_churn_on_every_layer_kind(churned: dict[str, object], kind: str) -> None:
+    document = churned["json"]
+    assert isinstance(document, dict)
+    run = next(r for r in document["runs"] if r["stack"] == kind)
+    churn = run["facts"]["churn"]
+    assert run["status"] == "ok", (run["error"], churn["errors"])
+    assert churn["cycles"] == 25 and run["units"] == 25 and run["unit"] == "cycles"
+    assert churn["failures"] == 0 and churn["errors"] == []
+    assert churn["leaked_mounts"] == 0 and churn["leaked_loops"] == 0
+    assert churn["kernel_log"]["checked"] and churn["kernel_log"]["alarms"] == 0
+    for key in ("mount_s", "unmount_s"):
+        values = churn[key]
+        assert 0 < values["p50"] <= values["p90"] <= values["p99"] <= values["max"]
+    assert churn["cycles_per_s"] > 0
+
+
+def test_churn_is_in_every_human_report(churned: dict[str, object]) -> None:
+    for name in ("text", "markdown", "mail"):
+        report = churned[name]
+        assert isinstance(report, str)
+        assert "mount p50/p90/p99" in report and "leaked mounts+loops" in report, name
+        assert "oops/BUG/WARNING/hung" in report
+    assert churned["leftovers"] == []
+
+
+def test_a_churn_killed_mid_cycle_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    """A churn child killed by its timeout leaves mounts its parent removes."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "churn-kill"\nreps = 1\nwarmup = 0\n[stacks.image]\n'
+        'layers = [{ kind = "image", size = "32M" }]\n'
+        '[workloads.churn]\nkind = "churn"\nduration = 60\ntimeout = 2\n'
+    )
+    scratch = TEST_ROOT / f"churn-kill-{tmp_path.name}"
+    done = cli("run", str(plan), "--db", str(tmp_path / "r.db"), "--scratch", str(scratch), "--quiet")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(
+        cli("report", "--db", str(tmp_path / "r.db"), "--format", "json", check=True).stdout
+    )
+    assert document["runs"][0]["status"] == "failed" and "timed out" in document["runs"][0]["error"]
+    assert leftovers(scratch) == []
+
+
+def _start_churn(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "churn-long"\nreps = 2\nwarmup = 0\n[stacks.image]\n'
+        'layers = [{ kind = "image", size = "32M" }]\n'
+        '[workloads.churn]\nkind = "churn"\nduration = 120\nfiles = 2\n'
+    )
+    scratch = TEST_ROOT / f"churn-stop-{tmp_path.name}"
+    db = tmp_path / "r.db"
+    argv = [sys.executable, "-m", "layerbench", "run", str(plan), "--db", str(db), "--scratch", str(scratch)]
+    child = subprocess.Popen(
+        [*argv, "--quiet", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    # Wait until the churn itself mounts (the stack's own image plus a churned one).
+    deadline = time.monotonic() + 120
+    while sum("mount" in item for item in leftovers(scratch)) < 2 or not list(
+        scratch.glob("trials/*/churn/L*")
+    ):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the churn never started"
+        time.sleep(0.01)
+    time.sleep(1)
+    return child, scratch, db
+
+
+def test_ctrl_c_during_churn_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    child, scratch, _ = _start_churn(tmp_path, "--no-namespace")
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert leftovers(scratch) == []
+
+
+def test_kill_9_during_churn_then_clean_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
+    child, scratch, db = _start_churn(tmp_path, "--no-namespace")
+    child.kill()
+    child.communicate(timeout=60)
+    assert leftovers(scratch), "the kill should have left the churn's mounts"
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert "unmounted" in done.stdout
+    deadline = time.monotonic() + 10
+    while leftovers(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers(scratch) == []

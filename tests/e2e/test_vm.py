@@ -1,0 +1,170 @@
+"""The vm layer for real: a qemu guest (tcg here) running the workload and the layers above
+it, counters from inside the guest and from the host, and no qemu left behind after a run,
+a Ctrl-C, or a kill -9 followed by `clean`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TEST_ROOT, cli, leftovers
+
+pytestmark = pytest.mark.e2e
+
+PLAN = """
+name = "vm-e2e"
+reps = 1
+warmup = 0
+baseline = "native"
+[stacks.native]
+layers = [{ kind = "image", fs = "ext4", size = "256M" }]
+[stacks.vm]
+layers = [{ kind = "vm", cpus = 1, memory = "512M", disk_size = "512M", cache = "none" }]
+[stacks.vm-bind]
+layers = [
+    { kind = "vm", cpus = 1, memory = "512M", disk_size = "512M", bus = "virtio-scsi" },
+    { kind = "bind" },
+]
+[workloads.write]
+kind = "stream-write"
+size = "16M"
+"""
+
+SLOW_PLAN = """
+name = "vm-slow"
+reps = 3
+warmup = 0
+[stacks.vm]
+layers = [{ kind = "vm", memory = "512M", disk_size = "256M" }]
+[workloads.cmd]
+kind = "command"
+run = "sleep 60"
+"""
+
+
+def _vm_capable() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    from layerbench.stacks.vm import VmLayer
+
+    lacks = VmLayer.missing(VmLayer.Options(kind="vm"))
+    if lacks:
+        pytest.skip(f"this host cannot run the vm layer: {lacks[0]}")
+
+
+@pytest.fixture(scope="module")
+def vm_experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    _vm_capable()
+    base = tmp_path_factory.mktemp("vm")
+    plan = base / "plan.toml"
+    plan.write_text(PLAN)
+    db = base / "results.db"
+    scratch = TEST_ROOT / "vm-run"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    assert done.returncode == 0, done.stderr
+    after = leftovers(scratch)
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    text = cli("report", "--db", str(db), check=True).stdout
+    mail = cli("report", "--db", str(db), "--format", "mail", check=True).stdout
+    return {"json": report, "text": text, "mail": mail, "leftovers": after}
+
+
+def test_vm_runs_in_the_guest_with_guest_and_host_counters(vm_experiment: dict[str, object]) -> None:
+    document = vm_experiment["json"]
+    assert isinstance(document, dict)
+    runs = {r["stack"]: r for r in document["runs"]}
+    assert {run["status"] for run in runs.values()} == {"ok"}, [r["error"] for r in runs.values()]
+    for stack in ("vm", "vm-bind"):
+        run = runs[stack]
+        guest = run["facts"]["guest"]
+        assert guest["accel"] in ("kvm", "tcg")
+        assert guest["counters_from"].startswith("guest:")
+        # Counters from inside the guest: its own disk wrote the 16 MiB, its dd was timed there.
+        guest_disk = run["devices"]["guest:sda" if stack == "vm-bind" else "guest:vda"]
+        assert guest_disk["write_bytes"] >= 16 * 2**20
+        assert run["write_bytes"] == guest_disk["write_bytes"]
+        assert any(name.startswith("host:") for name in run["devices"])
+        assert run["helper_cpu_s"] > 0, "the qemu process's CPU time on the host"
+        # The guest's clock agrees with the host's around the timed run.
+        assert run["wall_s"] <= guest["host_wall_s"] + 0.05
+        assert run["wall_s"] > 0.3 * guest["host_wall_s"]
+    assert any("bind" in line for line in runs["vm-bind"]["facts"]["guest"]["mount_lines"])
+    assert runs["native"]["facts"].get("guest") is None
+
+
+def test_the_accelerator_is_recorded_and_reported(vm_experiment: dict[str, object]) -> None:
+    document = vm_experiment["json"]
+    assert isinstance(document, dict)
+    accel = next(r["facts"]["guest"]["accel"] for r in document["runs"] if "guest" in r["facts"])
+    assert f"accel={accel}" in document["stacks"]["vm"]["layers"][0]
+    assert f"accel {accel}" in document["stacks"]["vm"]["mount_lines"][0]
+    for report in (vm_experiment["text"], vm_experiment["mail"], json.dumps(document["warnings"])):
+        assert isinstance(report, str)
+        assert f"accelerator {accel}" in report
+        assert "counted inside the guest" in report
+        if accel == "tcg":
+            assert "emulation, not hypervisor, overhead" in report
+
+
+def test_no_qemu_after_a_run(vm_experiment: dict[str, object]) -> None:
+    assert vm_experiment["leftovers"] == []
+
+
+def _start_slow(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    scratch = TEST_ROOT / f"vm-interrupt-{tmp_path.name}"
+    db = tmp_path / "r.db"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(SLOW_PLAN)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "layerbench",
+            "run",
+            str(plan),
+            "--db",
+            str(db),
+            "--scratch",
+            str(scratch),
+            "--quiet",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    deadline = time.monotonic() + 300
+    while not any("qemu-system" in item for item in leftovers(scratch)):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "no guest started"
+        time.sleep(0.1)
+    time.sleep(5)  # into the boot
+    return child, scratch, db
+
+
+def test_ctrl_c_stops_the_guest(tmp_path: Path) -> None:
+    _vm_capable()
+    child, scratch, _ = _start_slow(tmp_path)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert leftovers(scratch) == []
+
+
+def test_kill_9_then_clean_leaves_no_guest(tmp_path: Path) -> None:
+    _vm_capable()
+    child, scratch, db = _start_slow(tmp_path, "--no-namespace")
+    child.kill()
+    child.communicate(timeout=60)
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert "marked interrupted" in done.stdout
+    deadline = time.monotonic() + 10
+    while leftovers(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers(scratch) == []

@@ -1,0 +1,58 @@
+"""The guest's pieces that need no guest: module order, modinfo parsing, the initramfs format."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from layerbench.guest import kernel
+from layerbench.guest.kernel import _Cpio, _depends
+
+
+def test_depends_reads_the_modinfo_string() -> None:
+    module = b"\x7fELF...\0license=GPL\0depends=jbd2,mbcache,crc16\0vermagic=6.12\0"
+    assert _depends(module) == ["jbd2", "mbcache", "crc16"]
+    assert _depends(b"\0depends=\0") == []
+    assert _depends(b"no modinfo at all") == []
+
+
+def test_cpio_is_newc_with_aligned_entries_and_a_trailer() -> None:
+    archive = _Cpio()
+    archive.add_dir("bin")
+    archive.add_file("init", b"#!/bin/sh\n", 0o755)
+    archive.add_symlink("bin/sh", "busybox")
+    data = archive.finish()
+    names = []
+    offset = 0
+    while offset < len(data):
+        assert data[offset : offset + 6] == b"070701"
+        fields = [int(data[offset + 6 + 8 * i : offset + 14 + 8 * i], 16) for i in range(13)]
+        size, name_size = fields[6], fields[11]
+        name_start = offset + 110
+        names.append(data[name_start : name_start + name_size - 1].decode())
+        body = name_start + name_size + (-(name_start + name_size) % 4)
+        offset = body + size + (-(body + size) % 4)
+    assert names == ["bin", "init", "bin/sh", "TRAILER!!!"]
+    assert offset == len(data)
+
+
+def test_module_order_puts_dependencies_first() -> None:
+    cached = sorted(kernel.cache_dir().glob("*/tree/lib/modules/*"))
+    if not cached:
+        pytest.skip(f"no guest kernel unpacked in {kernel.cache_dir()} yet (a vm run fetches it)")
+    modules_dir: Path = cached[-1]
+    order = [kernel._module_name(p) for p in kernel.module_order(modules_dir)]
+    for name in ("virtio_blk", "ext4", "9p", "9pnet_virtio"):
+        assert name in order
+    assert order.index("jbd2") < order.index("ext4")
+    assert order.index("9pnet") < order.index("9pnet_virtio") < order.index("9p")
+    assert len(order) == len(set(order))
+
+
+def test_initramfs_holds_busybox_init_and_modules() -> None:
+    built = sorted(kernel.cache_dir().glob("*/initramfs-*.cpio.gz"))
+    if not built:
+        pytest.skip(f"no initramfs built in {kernel.cache_dir()} yet (a vm run builds it)")
+    data = gzip.decompress(built[-1].read_bytes())
+    for name in (b"bin/busybox", b"init", b"modules/ext4.ko", b"modules/9p.ko", b"modules.order"):
+        assert name + b"\0" in data
