@@ -149,7 +149,9 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
         yield
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            # Once interrupted, the run is only exiting: a late second Ctrl-C must not turn
+            # a clean exit 130 into death by signal.
+            signal.signal(signum, signal.SIG_IGN if count else old)
 
 
 # ---- commands ------------------------------------------------------------------------------
