@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, namespace
+from layerbench import __version__, doctor, namespace, validity
 from layerbench.compare import compare, load_side
 from layerbench.errors import UserError
 from layerbench.experiment import Experiment, Trial
@@ -33,7 +33,8 @@ from layerbench.reports import comparison as comparison_formats
 from layerbench.reports import csv_export
 from layerbench.reports import history as history_formats
 from layerbench.reports import text as text_report
-from layerbench.scratch import DEFAULT_ROOT, Scratch
+from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
+from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 from layerbench.store import Store
 from layerbench.workloads.base import load_kinds as load_workload_kinds
@@ -120,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     doctoring.add_argument("--format", default="text", choices=("text", "json"))
 
     commands.add_parser("list", help="layer and workload kinds, and whether this host has them")
+
+    selftest = commands.add_parser("selftest", help="check that measurements find real differences only")
+    selftest.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
+    selftest.add_argument("--db", type=Path, help="keep the checks' experiments here (default: discard)")
+    selftest.add_argument("--size", default="512M", help="bytes the known-effect check writes per run")
 
     clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
     clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
@@ -239,7 +245,7 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
                 progress.update(task, description=f"{what}{last}")
                 return
             last = f"  last {row['wall_s']:.2f}s" if row["status"] == "ok" else "  last FAILED"
-            progress.update(task, advance=1, description=f"{what}{last}")
+            progress.update(task, advance=1, total=total, description=f"{what}{last}")
 
         experiment.run(update)
 
@@ -363,6 +369,24 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise UserError(
+            "layerbench selftest needs root to mount file systems and drop caches; run it as root"
+        )
+    try:
+        parse_size(args.size)
+    except ValueError as exc:
+        raise UserError(f"--size: {exc}") from None
+    check_root(args.scratch)
+    checks = validity.selftest(
+        args.scratch, args.db, size=args.size, report=lambda check: out.print(check.line(), markup=False)
+    )
+    failed = [c for c in checks if not c.passed]
+    out.print(f"selftest: {len(checks) - len(failed)} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
 COMMANDS = {
     "run": cmd_run,
     "check": cmd_check,
@@ -372,6 +396,7 @@ COMMANDS = {
     "compare": cmd_compare,
     "history": cmd_history,
     "doctor": cmd_doctor,
+    "selftest": cmd_selftest,
 }
 
 

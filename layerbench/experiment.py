@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerbench import __version__, failpoints, host, measure, worlds
+from layerbench import __version__, adaptive, failpoints, host, measure, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.guest import machine
 from layerbench.plan import Plan, parse_plan
@@ -188,10 +188,17 @@ class Experiment:
         status = "failed"
         todo = self.missing_trials
         try:
-            for trial in todo:
+            index = 0
+            while index < len(todo):
+                trial = todo[index]
+                index += 1
                 if progress:
                     progress(trial, len(todo), None)
                 row = self.run_trial(trial)
+                if index == len(todo) and self.plan.auto_reps:
+                    more = self._another_round()
+                    self.trials += more
+                    todo += more
                 if progress:
                     progress(trial, len(todo), row)
             status = "done"
@@ -240,6 +247,8 @@ class Experiment:
                             helper_pids=built.helper_pids,
                             stderr_path=workdir / "stderr",
                             on_start=child,
+                            cgroups=built.cgroup_procs,
+                            cpus=self.plan.cpus,
                         )
                         prepared.collect()
                     failpoints.reached("run-finished")
@@ -260,6 +269,7 @@ class Experiment:
         )
         if sampler_cost := row.pop("sampler", None):
             facts["sampler"] = sampler_cost
+        facts.update(row.pop("facts", {}))
         self.store.add_run(self.id, row, row.pop("devices"), facts, row.pop("samples", []))
         return row
 
@@ -278,6 +288,26 @@ class Experiment:
         finally:
             for ident in idents:
                 self.scratch.journal.done(ident)
+
+    def _another_round(self) -> list[Trial]:
+        """reps = "auto": the next interleaved round for the ratios still too wide."""
+        assert self.id is not None
+        runs = self.store.runs(self.id)
+        wanted, state = adaptive.next_round(
+            runs,
+            baseline=self.plan.baseline,
+            stacks=list(self.plan.stacks),
+            workloads=list(self.plan.workloads),
+            target=self.plan.target_ci,
+            max_reps=self.plan.max_reps,
+            seed=self.seed,
+        )
+        self.store.set_experiment_fact(self.id, adaptive.FACT, state)
+        # A resumed experiment may already hold runs of rounds added before it stopped.
+        first = max([len(self.trials), *(run["trial"] + 1 for run in runs)])
+        return [
+            Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
+        ]
 
     def _record_stack(self, name: str, built: Any, devices: list[str]) -> None:
         assert self.id is not None

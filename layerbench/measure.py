@@ -9,11 +9,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from layerbench import sampling
+from layerbench import cgroups, noise, sampling
 
 _SECTOR = 512
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -85,6 +85,7 @@ class RunCounters:
     devices: dict[str, dict[str, int]] = field(default_factory=dict)
     samples: list[dict[str, float]] = field(default_factory=list)  # sampling.Sample rows
     sampler: dict[str, float] = field(default_factory=dict)  # the sampler's own cost
+    facts: dict[str, object] = field(default_factory=dict)  # noise during the run
 
     def as_row(self) -> dict[str, object]:
         return asdict(self)
@@ -122,10 +123,13 @@ def run_timed(
     helper_pids: list[int] = (),  # type: ignore[assignment]
     stderr_path: Path | None = None,
     on_start: Callable[[int], None] | None = None,
+    cgroups: list[Path] = (),  # type: ignore[assignment]
+    cpus: list[int] | None = None,
 ) -> RunCounters:
     """Run argv to completion and measure it. The child runs in its own process group so
-    a timeout or Ctrl-C can stop every process it started. on_start(pid) is told the
-    child's pid (its process group id) at once, for the journal."""
+    a timeout or Ctrl-C can stop every process it started; it is in the control groups
+    (their cgroup.procs files) and on the CPUs given from its first instruction.
+    on_start(pid) is told the child's pid (its process group id) at once, for the journal."""
     full_env = {**os.environ, **(env or {})}
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
@@ -136,19 +140,21 @@ def run_timed(
     stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     disks_before = read_diskstats(list(devices))
     helpers_before = {pid: _cpu_seconds(pid) for pid in helper_pids}
+    quiet_before = noise.snapshot()
     error: str | None = None
     sampler = sampling.Sampler(list(devices)).__enter__()
     start = time.monotonic()
     try:
-        child = subprocess.Popen(
-            spawn,
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr_target,
-            start_new_session=True,
-        )
+        with _confined(list(cgroups), cpus):
+            child = subprocess.Popen(
+                spawn,
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_target,
+                process_group=0,
+            )
     except OSError as exc:
         sampler.__exit__()
         if stderr_path:
@@ -185,6 +191,8 @@ def run_timed(
     child.returncode = os.waitstatus_to_exitcode(status)
     disks_after = read_diskstats(list(devices))
     helper_cpu = sum(_cpu_seconds(pid) - before for pid, before in helpers_before.items())
+    own_cpu = usage.ru_utime + usage.ru_stime + max(helper_cpu, 0.0)
+    quiet = noise.judge(quiet_before, noise.snapshot(), wall, own_cpu)
     exit_code = child.returncode
     if error is None and exit_code != 0:
         error = _describe_exit(exit_code, stderr_path)
@@ -222,6 +230,7 @@ def run_timed(
         devices=per_device,
         samples=[sample.as_row() for sample in sampler.samples],
         sampler=sampler.cost.as_dict() if sampler.cost else {},
+        facts={**quiet, **({"cpus": cpus} if cpus else {})},
     )
 
 
@@ -231,6 +240,21 @@ def _read_rss(path: str) -> int | None:
     except OSError:
         return None
     return int(lines[-1]) if lines and lines[-1].isdigit() else None
+
+
+@contextlib.contextmanager
+def _confined(cgroup_procs: list[Path], cpus: list[int] | None) -> Iterator[None]:
+    """The harness steps into the control groups and onto the CPUs just for the spawn, so
+    the child starts inside them; a new session (setsid) would cost a scheduler autogroup."""
+    before = os.sched_getaffinity(0)
+    try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        with cgroups.joined(cgroup_procs) if cgroup_procs else contextlib.nullcontext():
+            yield
+    finally:
+        if cpus:
+            os.sched_setaffinity(0, before)
 
 
 def _describe_exit(code: int, stderr_path: Path | None) -> str:

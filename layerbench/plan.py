@@ -4,6 +4,8 @@ Validated with pydantic; every error becomes one line naming the file, the key a
 would be valid."""
 
 import copy
+import os
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -19,6 +21,8 @@ from layerbench.workloads.base import WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_PLAN = "builtin:default"
+_UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|int|str|float|bool)$")
+AUTO_FIRST_REPS = 5  # reps = "auto" starts with these, then adds rounds
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
@@ -40,7 +44,10 @@ class _PlanFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
     description: str = ""
-    reps: int = Field(default=5, ge=1, le=1000)
+    reps: Annotated[int, Field(ge=1, le=1000)] | Literal["auto"] = 5
+    max_reps: int = Field(default=30, ge=2, le=1000)  # reps = "auto": stop here at the latest
+    target_ci: float = Field(default=0.02, gt=0, lt=1)  # reps = "auto": wanted CI half-width of ratios
+    cpus: list[Annotated[int, Field(ge=0, le=4095)]] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=1, ge=0, le=100)
     baseline: Name | None = None
     order: Literal["interleaved", "sequential"] = "interleaved"
@@ -55,8 +62,12 @@ class Plan(BaseModel):
 
     name: str
     description: str
-    reps: int
+    reps: int  # with auto_reps: the first rounds, before any is added
     warmup: int
+    auto_reps: bool = False
+    max_reps: int = 30
+    target_ci: float = 0.02
+    cpus: list[int] | None = None  # pin the timed run to these CPUs
     baseline: str
     order: Literal["interleaved", "sequential"]
     seed: int | None
@@ -76,6 +87,10 @@ class Plan(BaseModel):
             "baseline": self.baseline,
             "order": self.order,
             "seed": self.seed,
+            "auto_reps": self.auto_reps,
+            "max_reps": self.max_reps,
+            "target_ci": self.target_ci,
+            "cpus": self.cpus,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
@@ -96,7 +111,10 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 def _explain(exc: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...]) -> str:
     error = exc.errors()[0]
-    loc = prefix + tuple(error["loc"])
+    # Drop the union member tags pydantic adds ("reps.constrained-int").
+    loc = prefix + tuple(part for part in error["loc"] if not _UNION_TAG.match(str(part)))
+    if loc == ("reps",):
+        return 'reps: a number of repetitions 1-1000, or "auto"'
     if error["type"] == "extra_forbidden":
         valid = ", ".join(k for k in model.model_fields if k != "kind") or "none"
         return f"{_where(loc)}: unknown key; valid keys here: {valid}"
@@ -176,9 +194,16 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
                 f"{source}: stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
                 'chroot; give every stack a world (world = "host" or a path)'
             )
-    run_reps = reps if reps is not None else shape.reps
+    auto_reps = shape.reps == "auto" and reps is None
+    run_reps = (
+        reps if reps is not None else (min(AUTO_FIRST_REPS, shape.max_reps) if auto_reps else shape.reps)
+    )
     if quick and not shape.quick:
         run_reps = min(run_reps, 5)
+    if shape.cpus:
+        usable = sorted(os.sched_getaffinity(0))
+        if any(cpu not in usable for cpu in shape.cpus):
+            raise UserError(f"{source}: cpus: {shape.cpus} names a CPU this host lacks; usable: {usable}")
     return Plan(
         name=shape.name,
         description=shape.description,
@@ -187,6 +212,10 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         baseline=baseline,
         order=shape.order,
         seed=shape.seed,
+        auto_reps=auto_reps,
+        max_reps=shape.max_reps,
+        target_ci=shape.target_ci,
+        cpus=shape.cpus,
         stacks=stacks,
         workloads=workloads,
         worlds=plan_worlds,

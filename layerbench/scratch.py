@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import failpoints, mounts, system
+from layerbench import cgroups, failpoints, mounts, system
 from layerbench.errors import SetupError, UserError
 
 MARKER = ".layerbench-scratch"
@@ -55,7 +55,7 @@ def check_root(root: Path) -> Path:
 @dataclass
 class Resource:
     ident: int
-    kind: str  # "mount", "process", "path"
+    kind: str  # "mount", "process", "path", "cgroup"
     target: str
     info: dict[str, object]
 
@@ -313,6 +313,17 @@ class Scratch:
             stop_process(pid, None, hurry=self.hurry)
             self.journal.done(ident)
 
+    @contextlib.contextmanager
+    def cgroup(self, hierarchy: cgroups.Hierarchy, label: str) -> Iterator[Path]:
+        """A control group named after this root; what is left inside is killed on removal."""
+        path = hierarchy.parent / cgroups.group_name(self.root, label)
+        ident = self.journal.add("cgroup", path)
+        try:
+            yield cgroups.create(hierarchy, path.name)
+        finally:
+            cgroups.remove(path)
+            self.journal.done(ident)
+
     # -- recovery
     def loop_devices(self) -> list[tuple[str, str]]:
         """(device, backing file) of loop devices whose image lives in this root."""
@@ -364,6 +375,9 @@ class Scratch:
             elif resource.kind == "mount":
                 if unmount_path(resource.target):
                     removed.append(f"unmounted {resource.target}")
+            elif resource.kind == "cgroup":
+                if cgroups.remove(Path(resource.target)):
+                    removed.append(f"removed control group {resource.target}")
             elif resource.kind == "path":
                 removed += self._detach_loop_devices()
                 if remove_path(resource.target, self.root):

@@ -55,6 +55,12 @@ CREATE TABLE IF NOT EXISTS runs (
     devices_json TEXT NOT NULL DEFAULT '{}',
     facts_json TEXT NOT NULL DEFAULT '{}'
 );
+CREATE TABLE IF NOT EXISTS experiment_facts (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    key TEXT NOT NULL,
+    value_json TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, key)
+);
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment_id, stack, workload);
 CREATE TABLE IF NOT EXISTS samples (
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -211,6 +217,13 @@ class Store:
             raise
         self.db.execute("COMMIT")
 
+    def set_experiment_fact(self, experiment_id: int, key: str, value: Any) -> None:
+        """What an experiment learned about itself as it ran (e.g. the repetitions it needed)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO experiment_facts VALUES (?, ?, ?)",
+            (experiment_id, key, json.dumps(value)),
+        )
+
     def finish_experiment(self, experiment_id: int, status: str) -> None:
         self.db.execute(
             "UPDATE experiments SET status = ?, finished = ? WHERE id = ?",
@@ -247,6 +260,10 @@ class Store:
         record = dict(row)
         for key in ("plan_json", "host_json", "stacks_json", "warnings_json"):
             record[key.removesuffix("_json")] = json.loads(record.pop(key))
+        facts = self.db.execute(
+            "SELECT key, value_json FROM experiment_facts WHERE experiment_id = ?", (experiment_id,)
+        )
+        record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
         return record
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:

@@ -32,8 +32,8 @@ def cli(
 
 
 def leftovers(root: Path) -> list[str]:
-    """Mounts, loop devices and helper processes (FUSE daemons, VMs, chrooted builds) that
-    reference root, seen from the host."""
+    """Mounts, loop devices, control groups and helper processes (FUSE daemons, VMs,
+    chrooted builds) that reference root, seen from the host."""
     prefix = str(root).rstrip("/") + "/"
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -47,6 +47,15 @@ def leftovers(root: Path) -> list[str]:
             continue  # not bound, or detached while we looked (others use loop devices too)
         if backing.startswith(prefix):
             found.append(f"loop device {loop.name} -> {backing}")
+    # Our control groups: under a `layerbench` parent in any cgroup tree, named after the
+    # scratch root with '/' as '%'.
+    owner = str(root).strip("/").replace("/", "%") + "%"
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        if " - cgroup" not in line:
+            continue
+        parent = Path(line.split()[4]) / "layerbench"
+        if parent.is_dir():
+            found += [f"cgroup {group}" for group in parent.iterdir() if group.name.startswith(owner)]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import explain, stats
+from layerbench import adaptive, explain, noise, stats
 from layerbench.guest import notes as guest_notes
 from layerbench.sizes import format_size
 from layerbench.store import Store
@@ -87,6 +87,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     rows = stats.summaries(runs, experiment["baseline"], stacks, workloads)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
     data = ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
+    data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
     data.warnings += guest_notes.notes(runs) + [
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
     ]

@@ -29,7 +29,7 @@ def render(data: ReportData) -> str:
                 "version",
             )
         }
-        | {"plan": experiment["plan"]},
+        | {"plan": experiment["plan"], "facts": experiment.get("facts", {})},
         "host": experiment["host"],
         "stacks": experiment["stacks"],
         "summary": [row.as_dict() for row in data.summaries],

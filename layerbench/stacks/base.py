@@ -41,6 +41,7 @@ class Exposed:
     # Set by a layer that runs the layers above it and the workload somewhere else (a
     # guest): an object with run(request, host_devices, timeout) and describe().
     elsewhere: Any = None
+    cgroup_procs: list[Path] = field(default_factory=list)  # the timed child joins these first
 
 
 @dataclass
@@ -161,6 +162,10 @@ class BuiltStack:
     @property
     def helper_pids(self) -> list[int]:
         return [pid for exposed in self.layers for pid in exposed.helper_pids]
+
+    @property
+    def cgroup_procs(self) -> list[Path]:
+        return [procs for exposed in self.layers for procs in exposed.cgroup_procs]
 
     @property
     def fs_size(self) -> int | None:

@@ -1,0 +1,98 @@
+"""Adaptive repetitions (reps = "auto"): after each round, every ratio of wall time to the
+baseline whose 95 % CI is still wider than the target gets another interleaved round of
+its workload (all stacks, shuffled), until all are narrow enough or max_reps is reached.
+
+The width is the CI's half-width relative to the ratio: (high - low) / 2 / ratio, so a
+target of 0.02 asks for "the ratio, +-2 %" whatever the ratio is.
+"""
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from layerbench import stats
+
+FACT = "adaptive_reps"
+
+
+@dataclass
+class Width:
+    stack: str
+    workload: str
+    ratio: float | None
+    half_width: float | None  # relative; None while there are too few runs
+
+    def converged(self, target: float) -> bool:
+        return self.half_width is not None and self.half_width < target
+
+
+def ratio_widths(
+    runs: list[dict[str, Any]], baseline: str, stacks: list[str], workloads: list[str]
+) -> list[Width]:
+    widths = []
+    for row in stats.summaries(runs, baseline, stacks, workloads, metrics=["wall_s"]):
+        if row.stack == baseline:
+            continue
+        half = None
+        if row.ratio and row.ratio_ci_low is not None and row.ratio_ci_high is not None and row.n >= 2:
+            half = (row.ratio_ci_high - row.ratio_ci_low) / 2 / row.ratio
+        widths.append(Width(row.stack, row.workload, row.ratio, half))
+    return widths
+
+
+def next_round(
+    runs: list[dict[str, Any]],
+    *,
+    baseline: str,
+    stacks: list[str],
+    workloads: list[str],
+    target: float,
+    max_reps: int,
+    seed: int,
+) -> tuple[list[tuple[str, str, int]], dict[str, Any]]:
+    """The (stack, workload, rep) of the next round (empty when done) and the state so far."""
+    widths = ratio_widths(runs, baseline, stacks, workloads)
+    measured = [r for r in runs if not r["warmup"]]
+    reps_done = {
+        w: 1 + max((r["rep"] for r in measured if r["workload"] == w), default=-1) for w in workloads
+    }
+    open_workloads = [w for w in workloads if any(not x.converged(target) for x in widths if x.workload == w)]
+    state = {
+        "target_ci": target,
+        "max_reps": max_reps,
+        "reps_used": reps_done,
+        "converged": not open_workloads,
+        "not_converged": [asdict(x) for x in widths if not x.converged(target)],
+        "widths": [asdict(x) for x in widths],
+    }
+    rng = random.Random(seed + sum(reps_done.values()))
+    trials = []
+    for workload in open_workloads:
+        rep = reps_done[workload]
+        if rep >= max_reps:
+            continue
+        trials += [(stack, workload, rep) for stack in rng.sample(stacks, len(stacks))]
+    return trials, state
+
+
+def notes(facts: dict[str, Any]) -> list[str]:
+    """What the reports say about the repetitions an auto experiment used."""
+    state = facts.get(FACT)
+    if not state:
+        return []
+    used = ", ".join(f"{w} {n}" for w, n in state["reps_used"].items())
+    if state["converged"]:
+        return [
+            f'reps = "auto": repetitions used per workload: {used}; every ratio\'s 95 % CI is '
+            f"within +-{state['target_ci']:.1%}"
+        ]
+    wide = ", ".join(
+        f"{x['stack']}/{x['workload']} (+-{x['half_width']:.1%})"
+        if x["half_width"] is not None
+        else f"{x['stack']}/{x['workload']} (no CI)"
+        for x in state["not_converged"]
+    )
+    return [
+        f'reps = "auto": repetitions used per workload: {used}; not within +-{state["target_ci"]:.1%} '
+        f"after max_reps = {state['max_reps']}: {wide}"
+    ]

@@ -1,0 +1,112 @@
+"""reps = "auto": rounds are added until every ratio's CI is narrow enough, or max_reps."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import cli
+
+from layerbench import adaptive
+
+
+def _runs(values: dict[str, list[float]]) -> list[dict]:
+    return [
+        {"stack": stack, "workload": "w", "rep": rep, "warmup": False, "status": "ok", "wall_s": value}
+        for stack, series in values.items()
+        for rep, value in enumerate(series)
+    ]
+
+
+def _round(values: dict[str, list[float]], max_reps: int = 30) -> tuple[list, dict]:
+    return adaptive.next_round(
+        _runs(values),
+        baseline="a",
+        stacks=["a", "b"],
+        workloads=["w"],
+        target=0.02,
+        max_reps=max_reps,
+        seed=1,
+    )
+
+
+def test_tight_ratios_need_no_more_rounds() -> None:
+    trials, state = _round({"a": [1.0, 1.001, 0.999, 1.0, 1.002], "b": [2.0, 2.001, 1.999, 2.0, 2.002]})
+    assert trials == [] and state["converged"] and state["reps_used"] == {"w": 5}
+
+
+def test_wide_ratios_get_another_interleaved_round() -> None:
+    trials, state = _round({"a": [1.0, 1.3, 0.8, 1.1, 0.9], "b": [2.0, 2.5, 1.6, 2.2, 1.9]})
+    assert sorted(trials) == [("a", "w", 5), ("b", "w", 5)]
+    assert not state["converged"] and state["not_converged"][0]["stack"] == "b"
+    assert state["not_converged"][0]["half_width"] > 0.02
+
+
+def test_max_reps_stops_the_rounds_and_says_what_did_not_converge() -> None:
+    trials, state = _round({"a": [1.0, 1.3, 0.8, 1.1, 0.9], "b": [2.0, 2.5, 1.6, 2.2, 1.9]}, max_reps=5)
+    assert trials == [] and not state["converged"]
+    (note,) = adaptive.notes({adaptive.FACT: state})
+    assert "not within +-2.0%" in note and "b/w" in note and "max_reps = 5" in note
+
+
+# A stable plan: the time is set by a throttle (64 MiB at 64 MiB/s), not by the machine.
+THROTTLED = (
+    '{ kind = "tmpfs", size = "256M" }, { kind = "image", size = "160M" }, '
+    '{ kind = "throttle", write_bps = "64M" }'
+)
+
+
+def _plan(tmp_path: Path, target: float, max_reps: int) -> Path:
+    plan = tmp_path / "auto.toml"
+    plan.write_text(
+        f"""
+name = "auto"
+reps = "auto"
+max_reps = {max_reps}
+target_ci = {target}
+warmup = 1
+[stacks.a]
+layers = [{THROTTLED}]
+[stacks.b]
+layers = [{THROTTLED}]
+[workloads.write]
+kind = "stream-write"
+size = "64M"
+direct = true
+"""
+    )
+    return plan
+
+
+@pytest.mark.e2e
+def test_auto_reps_converge_on_a_stable_plan(needs_root: None, scratch_root: Path, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    cli(
+        "run",
+        str(_plan(tmp_path, 0.03, 12)),
+        "--db",
+        str(db),
+        "--scratch",
+        str(scratch_root),
+        "--quiet",
+        check=True,
+    )
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    state = report["experiment"]["facts"]["adaptive_reps"]
+    assert state["converged"], state
+    assert 5 <= state["reps_used"]["write"] <= 12
+    measured = [r for r in report["runs"] if not r["warmup"]]
+    assert len(measured) == 2 * state["reps_used"]["write"]
+    assert any('reps = "auto": repetitions used per workload: write' in w for w in report["warnings"])
+
+
+@pytest.mark.e2e
+def test_auto_reps_stop_at_max_reps(needs_root: None, scratch_root: Path, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    plan = _plan(tmp_path, 0.0001, 6)
+    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch_root), "--quiet", check=True)
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    state = report["experiment"]["facts"]["adaptive_reps"]
+    assert not state["converged"] and state["reps_used"] == {"write": 6}
+    assert [w["stack"] for w in state["not_converged"]] == ["b"]
+    text = cli("report", "--db", str(db), check=True).stdout
+    assert "max_reps = 6" in text
