@@ -106,7 +106,11 @@ def overhead(scratch: Scratch, store: Store, reps: int) -> list[list[str]]:
         # Like every layerbench run, each bare one starts with the caches dropped: the
         # command's binary and libraries are read from the disk again each time.
         bare(argv)
-        plain = median(measure.drop_caches() or bare(argv) for _ in range(reps))
+        cold = []
+        for _ in range(reps):
+            measure.drop_caches()
+            cold.append(bare(argv))
+        plain = median(cold)
         warm = median(bare(argv) for _ in range(reps))
         ours = median(float(r["wall_s"]) for r in runs[name])  # type: ignore[arg-type]
         extra = ours - plain

@@ -131,23 +131,6 @@ def limit(path: Path, version: int, device: str, limits: dict[str, int]) -> list
     return written
 
 
-def written_bytes(path: Path, version: int, device: str) -> int | None:
-    """Bytes this group wrote to device so far (v1 counts them only once a rule exists)."""
-    with contextlib.suppress(OSError):
-        if version == 1:
-            for line in (path / "blkio.throttle.io_service_bytes").read_text().splitlines():
-                fields = line.split()
-                if len(fields) == 3 and fields[0] == device and fields[1] == "Write":
-                    return int(fields[2])
-        else:
-            for line in (path / "io.stat").read_text().splitlines():
-                fields = line.split()
-                if fields and fields[0] == device:
-                    stats = dict(field.split("=", 1) for field in fields[1:])
-                    return int(stats.get("wbytes", 0))
-    return None
-
-
 def _home(procs: Path) -> Path:
     """The group this process is in now, in the tree that holds the cgroup.procs file."""
     for fstype, point, options in _cgroup_mounts():

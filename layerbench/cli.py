@@ -259,6 +259,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{plan.source}: plan {plan.name!r} is valid: {len(plan.stacks)} stacks x "
         f"{len(plan.workloads)} workloads x ({plan.warmup} warm-up + {plan.reps} measured) = "
         f"{len(trials)} trials; baseline {plan.baseline}"
+        + (f'; reps = "auto" adds rounds up to {plan.max_reps} reps' if plan.auto_reps else "")
     )
     return 0
 

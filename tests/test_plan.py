@@ -55,6 +55,18 @@ def test_default_plan_and_quick_overrides() -> None:
     assert full.workloads["stream-write"].size == "1G"  # type: ignore[attr-defined]
 
 
+def test_auto_reps_start_with_five_rounds_and_keep_their_limits() -> None:
+    plan = parse_plan(GOOD.replace("reps = 5", 'reps = "auto"\nmax_reps = 12\ntarget_ci = 0.05'), "p")
+    assert plan.auto_reps and plan.reps == 5 and plan.max_reps == 12 and plan.target_ci == 0.05
+    assert plan.as_dict()["auto_reps"] is True
+    fixed = parse_plan(GOOD.replace("reps = 5", 'reps = "auto"'), "p", reps=7)
+    assert not fixed.auto_reps and fixed.reps == 7  # --reps N overrides "auto"
+
+
+def test_cpus_pin_the_runs() -> None:
+    assert parse_plan(GOOD.replace("reps = 5", "reps = 5\ncpus = [0]"), "p").cpus == [0]
+
+
 def test_reps_override() -> None:
     assert parse_plan(GOOD, "p", reps=9).reps == 9
 
@@ -62,7 +74,11 @@ def test_reps_override() -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (("reps = 5", "reps = -1"), "p.toml: reps: Input should be greater than or equal to 1"),
+        (("reps = 5", "reps = -1"), 'p.toml: reps: a number of repetitions 1-1000, or "auto"'),
+        (("reps = 5", 'reps = "often"'), 'p.toml: reps: a number of repetitions 1-1000, or "auto"'),
+        (("reps = 5", 'reps = "auto"\ntarget_ci = 0'), "p.toml: target_ci: Input should be greater than 0"),
+        (("reps = 5", "reps = 5\ncpus = [4095]"), "p.toml: cpus: [4095] names a CPU this host lacks"),
+        (("reps = 5", "reps = 5\ncpus = []"), "p.toml: cpus: List should have at least 1 item"),
         (("reps = 5", 'reps = "five"'), "p.toml: reps:"),
         (('baseline = "disk"', 'baseline = "nope"'), "baseline: 'nope' names no stack"),
         (

@@ -47,6 +47,8 @@ class ThrottleOptions(LayerOptions):
 
     @model_validator(mode="after")
     def _some_limit(self) -> "ThrottleOptions":
+        if self.readonly:
+            raise ValueError("readonly does not apply to a throttle; set it on the layer below")
         if all(getattr(self, key) is None for key in _LIMITS):
             raise ValueError("give at least one of write_bps, read_bps, write_iops, read_iops")
         return self
@@ -79,8 +81,6 @@ class ThrottleLayer(Layer):
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         options: ThrottleOptions = self.options  # type: ignore[assignment]
-        if options.readonly:
-            raise SetupError("throttle: readonly does not apply; put it on the layer below")
         hierarchy = cgroups.io_hierarchy()
         if hierarchy is None:
             raise SetupError(f"throttle: {self.missing()[0]}")
