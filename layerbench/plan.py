@@ -161,7 +161,8 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         raise UserError(f"{source}: not valid TOML: {exc}") from None
     try:
         shape = _PlanFile.model_validate(raw)
-        if quick and shape.quick:
+        has_quick_table = bool(shape.quick)
+        if quick and has_quick_table:
             merged = _deep_merge({k: v for k, v in raw.items() if k != "quick"}, shape.quick)
             shape = _PlanFile.model_validate(merged)
     except ValidationError as exc:
@@ -198,7 +199,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     run_reps = (
         reps if reps is not None else (min(AUTO_FIRST_REPS, shape.max_reps) if auto_reps else shape.reps)
     )
-    if quick and not shape.quick:
+    if quick and not has_quick_table:
         run_reps = min(run_reps, 5)
     if shape.cpus:
         usable = sorted(os.sched_getaffinity(0))

@@ -1,6 +1,9 @@
 """Sizes as people write them: 4K, 512M, 2G, 1.5T (powers of 1024)."""
 
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE | re.ASCII)
@@ -38,3 +41,12 @@ def format_size(n_bytes: float) -> str:
             return f"{n_bytes:.1f}{unit}".replace(".0" + unit, unit)
         n_bytes /= 1024
     raise AssertionError("unreachable")
+
+
+def _checked(value: str) -> str:
+    parse_size(value)
+    return value
+
+
+# A plan key holding a size: kept as written (reports show "2G"), checked when the plan loads.
+SizeText = Annotated[str, AfterValidator(_checked)]

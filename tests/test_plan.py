@@ -143,3 +143,9 @@ def test_vm_and_churn_options_are_validated() -> None:
         assert key in str(caught.value) and "p.toml" in str(caught.value)
     plan = parse_plan(base % 'memory = "512M"', "p.toml")
     assert plan.workloads["w"].duration == 10.0  # type: ignore[attr-defined]
+
+
+def test_quick_table_reps_are_not_capped() -> None:
+    text = GOOD.replace("reps = 5", "reps = 20") + "[quick]\nreps = 7\n"
+    assert parse_plan(text, "p", quick=True).reps == 7
+    assert parse_plan(GOOD.replace("reps = 5", "reps = 20"), "p", quick=True).reps == 5

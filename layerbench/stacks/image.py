@@ -8,12 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
-
 from layerbench import system, worlds
 from layerbench.errors import UserError
 from layerbench.mounts import mount_of, mount_table
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
@@ -28,18 +26,12 @@ _MKFS_ARGS = {
 
 class ImageOptions(LayerOptions):
     fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
-    size: str = "2G"
+    size: SizeText = "2G"
     mkfs_options: list[str] = []
     mount_options: list[str] = []
     direct_io: bool = False  # loop device reads/writes the image file with O_DIRECT
     preallocate: bool = False  # fallocate the image instead of a sparse file
     device: str | None = None  # a real block device instead of an image file (--allow-device)
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
 
 @register

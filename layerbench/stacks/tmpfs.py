@@ -3,22 +3,14 @@
 import contextlib
 from collections.abc import Iterator
 
-from pydantic import field_validator
-
 from layerbench.mounts import mount_of
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 
 class TmpfsOptions(LayerOptions):
-    size: str = "2G"
+    size: SizeText = "2G"
     mount_options: list[str] = []
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
 
 @register

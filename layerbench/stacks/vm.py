@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from layerbench import system
 from layerbench.errors import SetupError, UserError
 from layerbench.guest import kernel, machine
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 _MKFS_ARGS = {
@@ -23,19 +23,13 @@ _MKFS_ARGS = {
 
 class VmOptions(LayerOptions):
     cpus: int = Field(default=1, ge=1, le=64)
-    memory: str = "1G"
+    memory: SizeText = "1G"
     accel: Literal["auto", "kvm", "tcg"] = "auto"
     cache: Literal["none", "writeback", "writethrough", "directsync", "unsafe"] = "none"
     bus: Literal["virtio-blk", "virtio-scsi"] = "virtio-blk"
-    disk_size: str = "2G"
+    disk_size: SizeText = "2G"
     fs: Literal["ext4", "xfs", "btrfs"] = "ext4"  # the guest disk's file system
     mkfs_options: list[str] = []
-
-    @field_validator("memory", "disk_size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
     @field_validator("memory")
     @classmethod

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from layerbench import mounts
 from layerbench.errors import SetupError
 from layerbench.scratch import unmount_path
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
@@ -25,13 +25,7 @@ class ChurnOptions(WorkloadOptions):
     duration: float | None = Field(default=None, gt=0, description="seconds of churn")
     cycles: int | None = Field(default=None, ge=1, description="mount/unmount cycles")
     files: int = Field(default=0, ge=0, description="files written and read back in each cycle")
-    file_size: str = "4K"
-
-    @field_validator("file_size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
+    file_size: SizeText = "4K"
 
     @model_validator(mode="after")
     def _bounded(self) -> "ChurnOptions":

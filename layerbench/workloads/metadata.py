@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
@@ -16,15 +16,9 @@ _CHILD = Path(__file__).with_name("_metadata_child.py")
 
 class MetadataOptions(WorkloadOptions):
     files: int = Field(default=20000, gt=0, le=10_000_000)
-    size: str = "4K"
+    size: SizeText = "4K"
     files_per_dir: int = Field(default=1000, gt=0)
     phases: list[Literal["create", "stat", "read", "delete"]] = ["create", "stat", "delete"]
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
 
 @register

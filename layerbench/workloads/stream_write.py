@@ -8,26 +8,20 @@ from pydantic import Field, field_validator
 
 from layerbench import system
 from layerbench.errors import SetupError
-from layerbench.sizes import parse_size
+from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
 
 class StreamWriteOptions(WorkloadOptions):
-    size: str = "1G"
-    block_size: str = "1M"
+    size: SizeText = "1G"
+    block_size: SizeText = "1M"
     fill: float | str = Field(
         default=0.0,
         description="untimed data written first: a fraction of the file system (0-0.95) or a size",
     )
     fsync: bool = True  # the final fsync is part of the timed run
     direct: bool = False  # O_DIRECT writes, bypassing the page cache
-
-    @field_validator("size", "block_size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
 
     @field_validator("fill")
     @classmethod
