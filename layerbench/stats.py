@@ -120,44 +120,14 @@ def summarize(
     cv = stdev / mean if stdev is not None and mean else None
     medians = bootstrap_medians(data, rng)
     ci_low, ci_high = percentile_interval(medians) if n > 1 else (median, median)
+    # What describes this sample alone; the comparison with the baseline follows it.
+    own = (stack, workload, metric, n, median, mean, stdev, cv, ci_low, ci_high)
     if baseline is None:
-        return Summary(
-            stack,
-            workload,
-            metric,
-            n,
-            median,
-            mean,
-            stdev,
-            cv,
-            ci_low,
-            ci_high,
-            1.0,
-            1.0,
-            1.0,
-            None,
-            "baseline",
-        )
+        return Summary(*own, 1.0, 1.0, 1.0, None, "baseline")
     base = np.asarray(baseline, dtype=float)
     base_median = float(np.median(base)) if len(base) else 0.0
     if len(base) == 0 or base_median == 0:
-        return Summary(
-            stack,
-            workload,
-            metric,
-            n,
-            median,
-            mean,
-            stdev,
-            cv,
-            ci_low,
-            ci_high,
-            None,
-            None,
-            None,
-            mann_whitney_p(data, base),
-            "no ratio (baseline is 0)",
-        )
+        return Summary(*own, None, None, None, mann_whitney_p(data, base), "no ratio (baseline is 0)")
     ratio = median / base_median
     base_medians = bootstrap_medians(base, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -165,23 +135,7 @@ def summarize(
     ratios = ratios[np.isfinite(ratios)]
     ratio_low, ratio_high = percentile_interval(ratios) if len(ratios) else (None, None)
     p_value = mann_whitney_p(data, base)
-    return Summary(
-        stack,
-        workload,
-        metric,
-        n,
-        median,
-        mean,
-        stdev,
-        cv,
-        ci_low,
-        ci_high,
-        ratio,
-        ratio_low,
-        ratio_high,
-        p_value,
-        verdict(metric, ratio, p_value),
-    )
+    return Summary(*own, ratio, ratio_low, ratio_high, p_value, verdict(metric, ratio, p_value))
 
 
 def measured(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
