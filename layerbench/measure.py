@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from layerbench import cgroups, noise, sampling
@@ -267,21 +267,12 @@ def _describe_exit(code: int, stderr_path: Path | None) -> str:
 
 
 def failed(error: str) -> RunCounters:
-    zero = dict.fromkeys(("wall_s", "user_s", "sys_s", "cpu_pct", "helper_cpu_s"), 0.0)
-    counts = dict.fromkeys(
-        (
-            "maxrss_kb",
-            "minflt",
-            "majflt",
-            "inblock",
-            "oublock",
-            "nvcsw",
-            "nivcsw",
-            "read_bytes",
-            "write_bytes",
-            "read_ios",
-            "write_ios",
-        ),
-        0,
-    )
-    return RunCounters(status="failed", error=error, exit_code=None, **zero, **counts)
+    """A run that produced no measurement: every counter zero, derived from the fields."""
+    counters = {
+        f.name: 0.0 if f.type in (float, "float") else 0
+        for f in fields(RunCounters)
+        if f.default is MISSING
+        and f.default_factory is MISSING
+        and f.name not in ("status", "error", "exit_code")
+    }
+    return RunCounters(status="failed", error=error, exit_code=None, **counters)
