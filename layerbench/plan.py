@@ -27,7 +27,7 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,6
 
 
 class StackSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     layers: list[dict[str, Any]] = Field(default_factory=list, max_length=16)
     description: str = ""
     world: str | None = None  # "host" or a path: a userland tree exposed to a jail
@@ -41,7 +41,7 @@ class StackSpec(BaseModel):
 class _PlanFile(BaseModel):
     """The plan's shape as written; layers and workloads are checked by their kind."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
     description: str = ""
     reps: Annotated[int, Field(ge=1, le=1000)] | Literal["auto"] = 5

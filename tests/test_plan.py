@@ -80,6 +80,13 @@ def test_reps_override() -> None:
         (("reps = 5", "reps = 5\ncpus = [4095]"), "p.toml: cpus: [4095] names a CPU this host lacks"),
         (("reps = 5", "reps = 5\ncpus = []"), "p.toml: cpus: List should have at least 1 item"),
         (("reps = 5", 'reps = "five"'), "p.toml: reps:"),
+        (("reps = 5", 'reps = "1"'), 'p.toml: reps: a number of repetitions 1-1000, or "auto"'),
+        (("files = 20000", 'files = "20000"'), "workloads.files.files: Input should be a valid integer"),
+        (
+            ("readonly = false", 'readonly = "no"'),
+            "stacks.bind.layers[0].readonly: Input should be a valid boolean",
+        ),
+        (("warmup = 1", "warmup = 1.0"), "warmup: Input should be a valid integer"),
         (('baseline = "disk"', 'baseline = "nope"'), "baseline: 'nope' names no stack"),
         (
             ('kind = "bind"', 'kind = "nullfs"'),

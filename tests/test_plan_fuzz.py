@@ -88,7 +88,10 @@ def _set(plan: dict[str, object], path: tuple[str, ...], value: object) -> None:
 # Each mutation makes the plan invalid for certain; several may apply at once.
 MUTATIONS = st.one_of(
     st.tuples(
-        st.just(("reps",)), st.one_of(st.integers(max_value=0), st.integers(min_value=1001), nasty_text)
+        st.just(("reps",)),
+        st.one_of(
+            st.integers(max_value=0), st.integers(min_value=1001), nasty_text.filter(lambda s: s != "auto")
+        ),
     ),
     st.tuples(st.just(("warmup",)), st.one_of(st.integers(max_value=-1), st.integers(min_value=101))),
     st.tuples(st.just(("baseline",)), nasty_text.filter(lambda s: s not in ("disk", "img", "ram"))),

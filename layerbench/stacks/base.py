@@ -24,7 +24,7 @@ from layerbench.scratch import Scratch
 class LayerOptions(BaseModel):
     """Options every layer kind accepts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     kind: str
     readonly: bool = False
 

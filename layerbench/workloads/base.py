@@ -20,7 +20,7 @@ from layerbench.stacks.base import BuildContext, BuiltStack
 
 
 class WorkloadOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     kind: str
     timeout: float | None = Field(default=None, gt=0, description="seconds before a run is killed")
 

@@ -22,7 +22,7 @@ from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, regis
 class Project(BaseModel):
     """One code base: a Debian source package or a tarball, how to configure and build it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     package: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.+-]+$")
     archive: str | None = None  # a .tar(.gz/.xz/.bz2/.zst) with one top directory
     configure: str = ""  # untimed, in the project's directory inside the jail
