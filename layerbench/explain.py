@@ -9,13 +9,15 @@ bootstrap CI, Mann-Whitney p-value) of the stack against the baseline:
 2. A counter has *moved* when its difference is significant (p < 0.05) and its median
    changed by at least 25 % (ratio outside 0.8-1.25, or up from 0). The three that moved
    most (by the size of the ratio, either way) are listed, each with its ratio and CI.
-3. Readings, each from one moved counter:
-   - CPU % down  -> "waiting, not computing (I/O or locks)"
-   - CPU % up    -> "busier CPU (less waiting)"
-   - system time up -> "kernel work"
-   - major page faults up -> "cache misses"
-   - voluntary context switches up -> "round trips to a daemon or device"
-   - user time up -> "more computing in the workload itself"
+3. Readings, each from one moved counter, and only those that explain the direction of
+   the elapsed difference (a slower stack is read by what rose, a faster one by what fell):
+   - CPU % down, slower -> "waiting, not computing (I/O or locks)"
+   - CPU % down, faster -> "CPU time fell even more than elapsed"
+   - CPU % up           -> "busier CPU (less waiting)"
+   - system time up / down -> "kernel work" / "less kernel work"
+   - major page faults up / down -> "cache misses" / "fewer cache misses"
+   - voluntary context switches up / down -> "round trips to a daemon or device" / "fewer round trips"
+   - user time up / down -> "more computing in the workload itself" / "less computing in the workload"
 4. Helper processes (a FUSE daemon) work outside the workload's counters: their median
    CPU time is always shown when it is above zero.
 5. If no counter moved: "no counter explains it".
@@ -46,12 +48,20 @@ LABELS = {
 COUNTERS = tuple(k for k in LABELS if k != "cpu_pct")
 
 WAITING = "waiting, not computing (I/O or locks)"
+LESS_CPU = "CPU time fell even more than elapsed"
 BUSIER = "busier CPU (less waiting)"
+CPU_READINGS = (WAITING, LESS_CPU, BUSIER)
 READINGS_UP = {
     "sys_s": "kernel work",
     "majflt": "cache misses",
     "nvcsw": "round trips to a daemon or device",
     "user_s": "more computing in the workload itself",
+}
+READINGS_DOWN = {
+    "sys_s": "less kernel work",
+    "majflt": "fewer cache misses",
+    "nvcsw": "fewer round trips to a daemon or device",
+    "user_s": "less computing in the workload",
 }
 
 
@@ -99,12 +109,12 @@ class Why:
         if self.elapsed.ratio_ci_low is not None and self.elapsed.ratio_ci_high is not None:
             parts[0] += f" [{_ratio(self.elapsed.ratio_ci_low)}-{_ratio(self.elapsed.ratio_ci_high)}]"
         if self.cpu:
-            reading = WAITING if self.cpu[1] < self.cpu[0] else BUSIER
+            reading = next(r for r in self.readings if r in CPU_READINGS)
             parts.append(f"CPU {self.cpu[0]:.1f}% -> {self.cpu[1]:.1f}%: {reading}")
         parts += [m.text() for m in self.moved]
         if self.helper_cpu_s:
             parts.append(f"helper processes {self.helper_cpu_s:.2f}s CPU outside the workload's counters")
-        readings = [r for r in self.readings if r not in (WAITING, BUSIER)]
+        readings = [r for r in self.readings if r not in CPU_READINGS]
         if readings:
             parts.append("so: " + ", ".join(readings))
         elif not self.cpu and not self.moved:
@@ -149,15 +159,18 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
     cpu = _moved(rows.get((stack, "cpu_pct")), rows.get((baseline, "cpu_pct")))
     if cpu is not None and cpu.ratio is not None:
         result.cpu = (cpu.base, cpu.value)
-        result.readings.append(WAITING if not cpu.up else BUSIER)
+        slower = elapsed.verdict == "slower"
+        result.readings.append(BUSIER if cpu.up else WAITING if slower else LESS_CPU)
     moved = [
         m for metric in COUNTERS if (m := _moved(rows.get((stack, metric)), rows.get((baseline, metric))))
     ]
     moved.sort(key=lambda m: m.size, reverse=True)
     result.moved = moved[:MOST]
+    # A counter explains the difference only when it moved the same way as the elapsed time.
+    explaining = READINGS_UP if elapsed.verdict == "slower" else READINGS_DOWN
     for m in moved:
-        if m.up and m.metric in READINGS_UP:
-            result.readings.append(READINGS_UP[m.metric])
+        if m.up == (elapsed.verdict == "slower") and m.metric in explaining:
+            result.readings.append(explaining[m.metric])
     helper = rows.get((stack, "helper_cpu_s"))
     if helper is not None and helper.median:
         result.helper_cpu_s = helper.median

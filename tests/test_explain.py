@@ -95,3 +95,26 @@ def test_a_counter_falling_to_zero_reads_as_such() -> None:
     result = _why(_runs("base", base) + _runs("vnode", fast), "vnode")
     assert result is not None and result.elapsed.verdict == "faster"
     assert "block input 10,000 -> 0" in result.line()
+
+
+def test_a_faster_stack_is_read_by_what_fell() -> None:
+    # The default experiment's image extract: faster, CPU % down because system time halved.
+    base = [(1.0 + d, 0.2, 0.48 + d / 10, 67.6 + d, 0, 250, 150, 5, 9500, 17000) for d in (0, 0.1, 0.2, 0.3)]
+    fast = [(0.62 + d, 0.2, 0.22 + d / 10, 49.6 + d, 0, 250, 150, 5, 9500, 17000) for d in (0, 0.1, 0.2, 0.3)]
+    result = _why(_runs("base", base) + _runs("image", fast), "image")
+    assert result is not None and result.elapsed.verdict == "faster"
+    line = result.line()
+    assert "CPU 67.8% -> 49.8%: CPU time fell even more than elapsed" in line
+    assert "waiting" not in line
+    assert line.endswith("so: less kernel work")
+
+
+def test_a_counter_moving_against_the_difference_gives_no_reading() -> None:
+    # Slower, yet system time fell: listed as a mover, but it does not explain the slowdown.
+    base = [(10.0 + d, 5.0, 2.0 + d / 10, 70.0, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    slow = [(14.0 + d, 5.0, 1.0 + d / 10, 43.0, 3, 5000, 100, 50, 0, 10) for d in (0, 0.1, 0.2, 0.3)]
+    result = _why(_runs("base", base) + _runs("x", slow), "x")
+    assert result is not None
+    line = result.line()
+    assert "system time x0." in line
+    assert "kernel work" not in line
