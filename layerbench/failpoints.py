@@ -10,7 +10,7 @@ import signal
 _ENV = "LAYERBENCH_STOP_AT"
 _reached: set[str] = set()
 
-POINTS = ("stack-built", "run-started", "run-finished", "teardown")
+POINTS = ("helper-started", "stack-built", "run-started", "run-finished", "teardown")
 
 
 def reached(name: str) -> None:

@@ -302,10 +302,16 @@ class Scratch:
             self.journal.done(ident)
 
     @contextlib.contextmanager
-    def process(self, start: Callable[[], int], label: str) -> Iterator[int]:
-        """A helper daemon: start() returns its pid; it is stopped on the way out."""
-        ident = self.journal.add("process", label)
+    def process(self, start: Callable[[], int], label: str, *, named: Path) -> Iterator[int]:
+        """A helper daemon: start() returns its pid; it is stopped on the way out.
+
+        named is a path in this root that the daemon's command line carries: a kill between
+        the start and the pid reaching the journal still leaves clean a way to find it."""
+        if not named.is_relative_to(self.root):
+            raise SetupError(f"a helper process must name a path in {self.root}, not {named}")
+        ident = self.journal.add("process", label, named=str(named))
         pid = start()
+        failpoints.reached("helper-started")  # started, its pid not yet journaled
         self.journal.update(ident, pid=pid, start_time=_process_start_time(pid))
         try:
             yield pid
@@ -348,6 +354,22 @@ class Scratch:
                     removed.append(f"detached /dev/{name} ({backing})")
         return removed
 
+    def _processes_naming(self, named: object) -> list[int]:
+        """Processes whose command line carries named, a path in this root."""
+        if not isinstance(named, str) or not Path(named).is_relative_to(self.root):
+            return []
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(named.encode() in arg for arg in argv):
+                found.append(int(proc.name))
+        return found
+
     def clean(self) -> list[str]:
         """Remove what an earlier, crashed run left: newest first. Returns what was removed."""
         removed: list[str] = []
@@ -366,12 +388,11 @@ class Scratch:
                     removed.append(f"killed {resource.target} (process group {pgid})")
             elif resource.kind == "process":
                 pid = resource.info.get("pid")
-                if isinstance(pid, int) and stop_process(
-                    pid,
-                    resource.info.get("start_time"),
-                    hurry=True,  # type: ignore[arg-type]
-                ):
-                    removed.append(f"stopped {resource.target} (pid {pid})")
+                # Killed before its pid was journaled: find it by the path it names.
+                pids = [pid] if isinstance(pid, int) else self._processes_naming(resource.info.get("named"))
+                for pid in pids:
+                    if stop_process(pid, resource.info.get("start_time"), hurry=True):  # type: ignore[arg-type]
+                        removed.append(f"stopped {resource.target} (pid {pid})")
             elif resource.kind == "mount":
                 if unmount_path(resource.target):
                     removed.append(f"unmounted {resource.target}")

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,6 +30,30 @@ def cli(
             f"layerbench {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         )
     return done
+
+
+def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start `layerbench ARGS` from this checkout in the background, output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "layerbench", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Wait until a child started with LAYERBENCH_STOP_AT has stopped at its failpoint."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return
+        if child.poll() is not None:
+            raise AssertionError(f"run ended before the failpoint: {child.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError("the failpoint was never reached")
 
 
 def leftovers(root: Path) -> list[str]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from layerbench import mounts
-from layerbench.errors import UserError
+from layerbench.errors import SetupError, UserError
 from layerbench.scratch import MARKER, Journal, Scratch, check_root
 
 
@@ -79,6 +79,32 @@ def test_clean_removes_what_a_killed_run_left(needs_root: None, scratch_root: Pa
     assert f"unmounted {target}" in removed and f"deleted {workdir}" in removed
     assert not mounts.is_mount_point(target) and not workdir.exists()
     assert Journal(scratch_root / "journal.jsonl").pending() == []
+
+
+def test_clean_finds_a_daemon_whose_pid_never_reached_the_journal(
+    needs_root: None, scratch_root: Path
+) -> None:
+    scratch = Scratch(scratch_root)
+    target = scratch.new_dir("trials", "e1-t1") / "L0-fuse"
+    # The run dies after starting its daemon and before journaling the pid.
+    scratch.journal.add("process", f"bindfs {target}", named=str(target))
+    daemon = subprocess.Popen(["sh", "-c", "sleep 300", str(target)], start_new_session=True)
+    try:
+        removed = Scratch(scratch_root).clean()
+        assert f"stopped bindfs {target} (pid {daemon.pid})" in removed
+        assert daemon.wait(timeout=5) is not None
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_a_helper_must_name_a_path_in_the_root(needs_root: None, scratch_root: Path) -> None:
+    scratch = Scratch(scratch_root)
+    with (
+        pytest.raises(SetupError, match="must name a path in"),
+        scratch.process(lambda: 1, "x", named=Path("/usr")),
+    ):
+        pass
 
 
 def test_mounted_refuses_targets_outside_the_root(needs_root: None, scratch_root: Path) -> None:

@@ -250,7 +250,9 @@ class GuestTrial:
             holder["qemu"] = start(argv, self.spec.console.with_name("qemu.log"))
             return holder["qemu"].pid
 
-        with self.scratch.process(launch, f"qemu guest {self.spec.disk_image}") as pid:
+        with self.scratch.process(
+            launch, f"qemu guest {self.spec.disk_image}", named=self.spec.disk_image
+        ) as pid:
             qemu = holder["qemu"]
             boot_started = time.monotonic()
             self._wait_for(share / "ready", qemu, _READY_SECONDS, "get ready")

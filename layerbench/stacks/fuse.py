@@ -109,7 +109,7 @@ class FuseLayer(Layer):
         try:
             # Exits inside out: unmount while the daemon still serves, then stop it.
             with (
-                ctx.scratch.process(start, f"bindfs {target}") as pid,
+                ctx.scratch.process(start, f"bindfs {target}", named=target) as pid,
                 _journaled_mount(ctx.scratch, target),
             ):
                 assert daemon is not None

@@ -5,12 +5,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers
+from helpers import TEST_ROOT, cli, leftovers, start_cli
 
 from layerbench.stacks.base import load_kinds
 
@@ -105,14 +104,7 @@ def _start_churn(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Pa
     )
     scratch = TEST_ROOT / f"churn-stop-{tmp_path.name}"
     db = tmp_path / "r.db"
-    argv = [sys.executable, "-m", "layerbench", "run", str(plan), "--db", str(db), "--scratch", str(scratch)]
-    child = subprocess.Popen(
-        [*argv, "--quiet", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    child = start_cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *extra)
     # Wait until the churn itself mounts (the stack's own image plus a churned one).
     deadline = time.monotonic() + 120
     while sum("mount" in item for item in leftovers(scratch)) < 2 or not list(

@@ -1,16 +1,14 @@
 """Crash recovery, resume, the lock, faults during runs, and real block devices."""
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers, one_line_error
+from helpers import TEST_ROOT, cli, leftovers, one_line_error, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -39,28 +37,6 @@ def _plan(tmp_path: Path, text: str = PLAN) -> Path:
     return path
 
 
-def _popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "layerbench", *args],
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "T":
-            return
-        if child.poll() is not None:
-            raise AssertionError(f"run ended before the failpoint: {child.communicate()}")
-        time.sleep(0.02)
-    raise AssertionError("the failpoint was never reached")
-
-
 def _db_facts(db: Path) -> tuple[str, int, str]:
     connection = sqlite3.connect(db)
     status = connection.execute("SELECT status FROM experiments").fetchone()[0]
@@ -77,7 +53,7 @@ def test_kill_9_anywhere_then_clean_and_resume(
     scratch = TEST_ROOT / f"kill-{point}-{namespace}"
     db = tmp_path / "r.db"
     extra = [] if namespace else ["--no-namespace"]
-    child = _popen(
+    child = start_cli(
         "run",
         str(_plan(tmp_path)),
         "--db",
@@ -88,7 +64,7 @@ def test_kill_9_anywhere_then_clean_and_resume(
         *extra,
         env={"LAYERBENCH_STOP_AT": point},
     )
-    _wait_stopped(child)
+    wait_stopped(child)
     child.kill()
     child.communicate(timeout=60)
     if not namespace and point in ("stack-built", "run-started"):
@@ -116,7 +92,7 @@ def test_a_killed_childs_process_group_is_stopped_by_clean(needs_root: None, tmp
     )
     scratch = TEST_ROOT / "kill-orphan"
     db = tmp_path / "r.db"
-    child = _popen(
+    child = start_cli(
         "run",
         str(_plan(tmp_path, plan)),
         "--db",
@@ -126,7 +102,7 @@ def test_a_killed_childs_process_group_is_stopped_by_clean(needs_root: None, tmp
         "--quiet",
         env={"LAYERBENCH_STOP_AT": "run-started"},
     )
-    _wait_stopped(child)
+    wait_stopped(child)
     child.kill()
     child.communicate(timeout=60)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
@@ -159,7 +135,7 @@ def test_resume_refuses_a_complete_experiment(needs_root: None, tmp_path: Path) 
 def test_second_run_on_the_same_scratch_root_refuses_with_the_pid(needs_root: None, tmp_path: Path) -> None:
     scratch = TEST_ROOT / "locked"
     db = tmp_path / "r.db"
-    first = _popen(
+    first = start_cli(
         "run",
         str(_plan(tmp_path)),
         "--db",
@@ -170,7 +146,7 @@ def test_second_run_on_the_same_scratch_root_refuses_with_the_pid(needs_root: No
         env={"LAYERBENCH_STOP_AT": "stack-built"},
     )
     try:
-        _wait_stopped(first)
+        wait_stopped(first)
         line = one_line_error(
             cli("run", str(_plan(tmp_path)), "--db", str(tmp_path / "other.db"), "--scratch", str(scratch))
         )
@@ -191,7 +167,7 @@ def test_second_run_on_the_same_scratch_root_refuses_with_the_pid(needs_root: No
 
 def test_double_ctrl_c_still_leaves_nothing(needs_root: None, tmp_path: Path) -> None:
     scratch = TEST_ROOT / "double-ctrl-c"
-    child = _popen(
+    child = start_cli(
         "run",
         str(_plan(tmp_path)),
         "--db",
@@ -202,7 +178,7 @@ def test_double_ctrl_c_still_leaves_nothing(needs_root: None, tmp_path: Path) ->
         "--no-namespace",
         env={"LAYERBENCH_STOP_AT": "run-started"},
     )
-    _wait_stopped(child)
+    wait_stopped(child)
     child.send_signal(signal.SIGINT)
     child.send_signal(signal.SIGCONT)
     time.sleep(0.05)

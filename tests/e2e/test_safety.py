@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, cli, leftovers, one_line_error
+from helpers import REPO, cli, leftovers, one_line_error, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -105,24 +105,8 @@ def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Pa
 
     scratch = TEST_ROOT / f"interrupt-{tmp_path.name}"
     db = tmp_path / "r.db"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "layerbench",
-            "run",
-            str(_write(tmp_path, SLOW_PLAN)),
-            "--db",
-            str(db),
-            "--scratch",
-            str(scratch),
-            "--quiet",
-            *extra,
-        ],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    child = start_cli(
+        "run", str(_write(tmp_path, SLOW_PLAN)), "--db", str(db), "--scratch", str(scratch), "--quiet", *extra
     )
     return child, scratch, db
 

@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers
+from helpers import TEST_ROOT, cli, leftovers, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -119,25 +118,7 @@ def _start_slow(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Pat
     db = tmp_path / "r.db"
     plan = tmp_path / "plan.toml"
     plan.write_text(SLOW_PLAN)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "layerbench",
-            "run",
-            str(plan),
-            "--db",
-            str(db),
-            "--scratch",
-            str(scratch),
-            "--quiet",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    child = start_cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *extra)
     deadline = time.monotonic() + 300
     while not any("qemu-system" in item for item in leftovers(scratch)):
         assert child.poll() is None, child.communicate()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers, one_line_error
+from helpers import REPO, TEST_ROOT, cli, leftovers, one_line_error, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -163,34 +163,19 @@ def test_ctrl_c_during_a_fuse_run_leaves_no_daemon(as_root: None, tmp_path: Path
     assert leftovers(scratch) == []
 
 
-def test_kill_9_during_a_fuse_run_then_clean(as_root: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("point", ["helper-started", "run-started"])
+def test_kill_9_around_a_fuse_daemon_then_clean(as_root: None, tmp_path: Path, point: str) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(FUSE_SLOW_PLAN)
-    scratch = TEST_ROOT / "daemon-killed"
+    scratch = TEST_ROOT / f"daemon-killed-{point}"
     db = tmp_path / "r.db"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "layerbench",
-            "run",
-            str(plan),
-            "--db",
-            str(db),
-            "--scratch",
-            str(scratch),
-            "--quiet",
-        ],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while not _bindfs_processes(scratch) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    args = ("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    child = start_cli(*args, env={"LAYERBENCH_STOP_AT": point})
+    wait_stopped(child)
     child.kill()
-    child.wait(timeout=60)
-    # The daemon outlives the killed run and keeps its namespace alive until clean.
+    child.communicate(timeout=60)
+    # The daemon outlives the killed run and keeps its namespace alive until clean; at
+    # helper-started its pid never reached the journal, only the path it serves.
     assert _bindfs_processes(scratch)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "stopped bindfs" in done.stdout
