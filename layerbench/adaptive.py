@@ -27,10 +27,15 @@ class Width:
 
 
 def ratio_widths(
-    runs: list[dict[str, Any]], baseline: str, stacks: list[str], workloads: list[str]
+    runs: list[dict[str, Any]],
+    baseline: str,
+    stacks: list[str],
+    workloads: list[str],
+    *,
+    paired: bool = False,
 ) -> list[Width]:
     widths = []
-    for row in stats.summaries(runs, baseline, stacks, workloads, metrics=["wall_s"]):
+    for row in stats.summaries(runs, baseline, stacks, workloads, metrics=["wall_s"], paired=paired):
         if row.stack == baseline:
             continue
         half = None
@@ -49,9 +54,11 @@ def next_round(
     target: float,
     max_reps: int,
     seed: int,
+    paired: bool = False,
 ) -> tuple[list[tuple[str, str, int]], dict[str, Any]]:
-    """The (stack, workload, rep) of the next round (empty when done) and the state so far."""
-    widths = ratio_widths(runs, baseline, stacks, workloads)
+    """The (stack, workload, rep) of the next round (empty when done) and the state so far.
+    paired: the runs so far were interleaved (see stats.summaries)."""
+    widths = ratio_widths(runs, baseline, stacks, workloads, paired=paired)
     measured = [r for r in runs if not r["warmup"]]
     reps_done = {
         w: 1 + max((r["rep"] for r in measured if r["workload"] == w), default=-1) for w in workloads

@@ -301,6 +301,7 @@ class Experiment:
             target=self.plan.target_ci,
             max_reps=self.plan.max_reps,
             seed=self.seed,
+            paired=self.plan.order == "interleaved",
         )
         self.store.set_experiment_fact(self.id, adaptive.FACT, state)
         # A resumed experiment may already hold runs of rounds added before it stopped.

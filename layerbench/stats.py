@@ -1,5 +1,11 @@
 """Statistics: medians with bootstrap confidence intervals, ratios of medians against the
-baseline, Mann-Whitney U tests and the verdicts built on them."""
+baseline, Mann-Whitney U tests and the verdicts built on them.
+
+In an interleaved experiment every repetition runs each stack once, close together in
+time, so a stack's run and the baseline's run of one repetition are a pair: the ratio's
+bootstrap then resamples repetitions (both runs of a drawn repetition together), which
+keeps whatever drift they share out of the interval. Otherwise the two samples are
+resampled independently."""
 
 import math
 import warnings
@@ -53,6 +59,7 @@ class Summary:
     ratio_ci_high: float | None
     p_value: float | None
     verdict: str
+    paired: bool = False  # the ratio's CI resampled repetitions as pairs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,9 +113,16 @@ def verdict(metric: str, ratio: float | None, p_value: float | None) -> str:
 
 
 def summarize(
-    stack: str, workload: str, metric: str, values: list[float], baseline: list[float] | None
+    stack: str,
+    workload: str,
+    metric: str,
+    values: list[float],
+    baseline: list[float] | None,
+    *,
+    paired: bool = False,
 ) -> Summary:
-    """baseline is None for the baseline stack itself."""
+    """baseline is None for the baseline stack itself. paired: values[i] and baseline[i]
+    come from the same repetition (equal lengths)."""
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n == 0:
@@ -129,13 +143,18 @@ def summarize(
     if len(base) == 0 or base_median == 0:
         return Summary(*own, None, None, None, mann_whitney_p(data, base), "no ratio (baseline is 0)")
     ratio = median / base_median
-    base_medians = bootstrap_medians(base, rng)
+    paired = paired and len(base) == n and n > 1
+    if paired:
+        picks = rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
+        medians, base_medians = np.median(data[picks], axis=1), np.median(base[picks], axis=1)
+    else:
+        base_medians = bootstrap_medians(base, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = medians / base_medians
     ratios = ratios[np.isfinite(ratios)]
     ratio_low, ratio_high = percentile_interval(ratios) if len(ratios) else (None, None)
     p_value = mann_whitney_p(data, base)
-    return Summary(*own, ratio, ratio_low, ratio_high, p_value, verdict(metric, ratio, p_value))
+    return Summary(*own, ratio, ratio_low, ratio_high, p_value, verdict(metric, ratio, p_value), paired)
 
 
 def measured(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -147,24 +166,45 @@ def measured(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str,
     return groups
 
 
+def _pairs(
+    runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str
+) -> tuple[list[float], list[float]] | None:
+    """The two samples in repetition order, if they have exactly the same repetitions."""
+    own = {r.get("rep"): r[metric] for r in runs if r.get(metric) is not None}
+    base = {r.get("rep"): r[metric] for r in base_runs if r.get(metric) is not None}
+    if None in own or own.keys() != base.keys() or len(own) != len(runs) or len(base) != len(base_runs):
+        return None
+    reps = sorted(own)
+    return [own[r] for r in reps], [base[r] for r in reps]
+
+
 def summaries(
     runs: list[dict[str, Any]],
     baseline: str,
     stacks: list[str],
     workloads: list[str],
     metrics: list[str] | None = None,
+    *,
+    paired: bool = False,
 ) -> list[Summary]:
+    """paired: the experiment ran in interleaved order, so a stack's and the baseline's runs
+    of one repetition pair up (used when both have exactly the same repetitions)."""
     groups = measured(runs)
     rows = []
     for workload in workloads:
+        base_runs = groups.get((baseline, workload), [])
         for stack in stacks:
+            own_runs = groups.get((stack, workload), [])
             for metric in metrics or list(METRICS):
-                values = [r[metric] for r in groups.get((stack, workload), []) if r.get(metric) is not None]
-                base_values = None
-                if stack != baseline:
-                    base_values = [
-                        r[metric] for r in groups.get((baseline, workload), []) if r.get(metric) is not None
-                    ]
+                values = [r[metric] for r in own_runs if r.get(metric) is not None]
+                if stack == baseline:
+                    rows.append(summarize(stack, workload, metric, values, None))
+                    continue
+                pairs = _pairs(own_runs, base_runs, metric) if paired else None
+                if pairs is not None:
+                    rows.append(summarize(stack, workload, metric, *pairs, paired=True))
+                    continue
+                base_values = [r[metric] for r in base_runs if r.get(metric) is not None]
                 rows.append(summarize(stack, workload, metric, values, base_values))
     return rows
 

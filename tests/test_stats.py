@@ -89,3 +89,43 @@ def test_warmups_and_failures_are_not_measured() -> None:
     ]
     row = stats.summaries(runs, "a", ["a"], ["w"], ["wall_s"])[0]
     assert row.n == 1 and row.median == 1.0
+
+
+def _drifting_runs(stack_reps: list[int] | None = None) -> list[dict[str, object]]:
+    # The machine's speed drifts by +-20 % across repetitions; within one repetition both
+    # stacks see the same speed, and b is 5 % slower than a every time.
+    speed = [0.8, 1.2, 0.9, 1.1, 1.0, 0.85, 1.15, 0.95]
+    runs = []
+    for stack, cost in (("a", 10.0), ("b", 10.5)):
+        for rep, factor in enumerate(speed):
+            if stack == "b" and stack_reps is not None and rep not in stack_reps:
+                continue
+            runs.append(
+                {
+                    "stack": stack,
+                    "workload": "w",
+                    "rep": rep,
+                    "status": "ok",
+                    "warmup": False,
+                    "wall_s": cost * factor,
+                }
+            )
+    return runs
+
+
+def test_paired_repetitions_keep_shared_drift_out_of_the_ratio_ci() -> None:
+    runs = _drifting_runs()
+    independent = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"])[1]
+    paired = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], paired=True)[1]
+    # The same ratio of medians either way; only its interval differs.
+    assert paired.ratio == independent.ratio == pytest.approx(1.05)
+    assert paired.paired and not independent.paired
+    assert independent.ratio_ci_low < 1 < independent.ratio_ci_high  # type: ignore[operator]
+    assert paired.ratio_ci_low == pytest.approx(1.05) and paired.ratio_ci_high == pytest.approx(1.05)
+
+
+def test_pairs_are_used_only_when_the_repetitions_match() -> None:
+    runs = _drifting_runs(stack_reps=[0, 1, 2, 3, 4, 5, 6])  # b's last repetition failed
+    row = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], paired=True)[1]
+    assert not row.paired and row.n == 7
+    assert row.ratio_ci_low < 1 < row.ratio_ci_high  # type: ignore[operator]

@@ -84,7 +84,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     plan = experiment["plan"]
     stacks = list(plan["stacks"])
     workloads = list(plan["workloads"])
-    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads)
+    interleaved = plan.get("order", "interleaved") == "interleaved"
+    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads, paired=interleaved)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
     data = ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
     data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)

@@ -45,14 +45,15 @@ def render(data: ReportData) -> str:
                 pairs = ", ".join(f"{name} {value}" for name, value in zip(header[1:], row[1:], strict=True))
                 lines.append(f"{row[0] + ':':<{width}} {pairs}")
             lines.append("")
-        lines.append(f"Elapsed time against {data.baseline}:")
-        for stack in data.stacks:
-            row = data.summary(stack, workload, "wall_s")
-            if row is not None and row.verdict != "baseline":
-                lines.append(
-                    f"{stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
-                    + (f" (p={row.p_value:.3f})" if row.p_value is not None else "")
-                )
+        rows = [data.summary(stack, workload, "wall_s") for stack in data.stacks]
+        compared = [row for row in rows if row is not None and row.verdict != "baseline"]
+        how = "; repetitions paired" if compared and all(row.paired for row in compared) else ""
+        lines.append(f"Elapsed time against {data.baseline} (ratio of medians, 95 % CI{how}):")
+        for row in compared:
+            lines.append(
+                f"{row.stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
+                + (f" (p={row.p_value:.3f})" if row.p_value is not None else "")
+            )
         helpers = data.helper_cpu(workload)
         if helpers:
             lines.append("")
