@@ -7,8 +7,10 @@ bootstrap CI, Mann-Whitney p-value) of the stack against the baseline:
 1. Only a stack whose `wall_s` verdict is `slower` or `faster` gets a line; it starts
    with the elapsed ratio and its 95 % CI.
 2. A counter has *moved* when its difference is significant (p < 0.05) and its median
-   changed by at least 25 % (ratio outside 0.8-1.25, or up from 0). The three that moved
-   most (by the size of the ratio, either way) are listed, each with its ratio and CI.
+   changed by at least 25 % (ratio outside 0.8-1.25, or up from 0); user and system time
+   must also have changed by at least a tenth of the elapsed difference (0.02 s more user
+   time cannot explain 1.6 s more elapsed). The three that moved most (by the size of the
+   ratio, either way) are listed, each with its ratio and CI.
 3. Readings, each from one moved counter, and only those that explain the direction of
    the elapsed difference (a slower stack is read by what rose, a faster one by what fell):
    - CPU % down, slower -> "waiting, not computing (I/O or locks)"
@@ -31,6 +33,9 @@ from layerbench.stats import ALPHA, Summary
 
 MOVED_RATIO = 1.25
 MOST = 3
+# A CPU time that moved by less than this share of the elapsed difference explains none of it.
+SMALL_SHARE = 0.1
+SECONDS = ("user_s", "sys_s")
 
 LABELS = {
     "cpu_pct": "CPU",
@@ -161,8 +166,13 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
         result.cpu = (cpu.base, cpu.value)
         slower = elapsed.verdict == "slower"
         result.readings.append(BUSIER if cpu.up else WAITING if slower else LESS_CPU)
+    base_elapsed = rows.get((baseline, "wall_s"))
+    elapsed_change = abs((elapsed.median or 0) - (base_elapsed.median or 0)) if base_elapsed else 0
     moved = [
-        m for metric in COUNTERS if (m := _moved(rows.get((stack, metric)), rows.get((baseline, metric))))
+        m
+        for metric in COUNTERS
+        if (m := _moved(rows.get((stack, metric)), rows.get((baseline, metric))))
+        and not (metric in SECONDS and abs(m.value - m.base) < SMALL_SHARE * elapsed_change)
     ]
     moved.sort(key=lambda m: m.size, reverse=True)
     result.moved = moved[:MOST]

@@ -118,3 +118,19 @@ def test_a_counter_moving_against_the_difference_gives_no_reading() -> None:
     line = result.line()
     assert "system time x0." in line
     assert "kernel work" not in line
+
+
+def test_a_cpu_time_too_small_to_matter_explains_nothing() -> None:
+    # This machine's extract through bindfs: user time rose from 0.026 s to 0.046 s while
+    # the elapsed time rose by 1.6 s; the round trips explain it, the user time does not.
+    base = [
+        (1.14 + d, 0.026 + d / 100, 0.72, 65.6, 10, 250, 900, 5, 7548, 228380) for d in (0, 0.1, 0.2, 0.3)
+    ]
+    fuse = [
+        (2.79 + d, 0.046 + d / 100, 0.80, 30.0, 10, 250, 90000, 5, 6632, 208895) for d in (0, 0.1, 0.2, 0.3)
+    ]
+    result = _why(_runs("base", base) + _runs("fuse", fuse, helper=1.8), "fuse")
+    assert result is not None
+    line = result.line()
+    assert "user time" not in line and "computing in the workload" not in line
+    assert "voluntary context switches x100" in line and "round trips to a daemon or device" in line

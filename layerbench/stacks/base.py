@@ -174,6 +174,17 @@ class BuiltStack:
                 return exposed.fs_size
         return None
 
+    def durable_paths(self) -> list[Path]:
+        """A path on each file system that holds the top's data, top first. A syncfs of the
+        top alone is not enough: through a FUSE passthrough it is a no-op (bindfs has no
+        syncfs), leaving the data dirty in the file system below."""
+        found: list[Path] = []
+        for exposed in reversed(self.layers):
+            found.append(exposed.path)
+            if exposed.standalone:
+                break
+        return found
+
     def devices(self) -> list[str]:
         """Block devices that serve the stack's top, top first: down through the layers
         until one keeps its data elsewhere (a tmpfs holds it in memory)."""

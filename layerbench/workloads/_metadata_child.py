@@ -6,6 +6,7 @@ import sys
 
 def main() -> None:
     root, files, size, per_dir, phases = sys.argv[1:6]
+    below = sys.argv[6:]  # the file systems under root's, synced after it
     count, size_bytes, per_dir_n = int(files), int(size), int(per_dir)
     payload = b"\xa5" * size_bytes
     paths = [os.path.join(root, f"d{i // per_dir_n:05d}", f"f{i:07d}") for i in range(count)]
@@ -27,13 +28,15 @@ def main() -> None:
     if "delete" in steps:
         for path in paths:
             os.unlink(path)
-    # syncfs(2) makes this file system's data durable, as `sync -f` does.
+    # syncfs(2) makes each file system's data durable, as `sync -f` does.
     import ctypes
 
-    fd = os.open(root, os.O_RDONLY)
-    if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
-        raise OSError(ctypes.get_errno(), "syncfs")
-    os.close(fd)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path in [root, *below]:
+        fd = os.open(path, os.O_RDONLY)
+        if libc.syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), f"syncfs {path}")
+        os.close(fd)
 
 
 if __name__ == "__main__":

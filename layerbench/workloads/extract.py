@@ -2,6 +2,7 @@
 "extract the source tarballs from a memory fs onto an empty fs")."""
 
 import contextlib
+import shlex
 import shutil
 from functools import cached_property
 from pathlib import Path
@@ -68,8 +69,11 @@ class Extract(Workload):
             "-C",
             str(target),
         ]
-        # sh runs tar, then syncfs of the target, both inside the timed run.
-        argv = ["sh", "-c", '"$@" && exec sync -f "$0"', str(target), *tar] if options.sync else tar
+        # sh runs tar, then syncfs of the target and of every file system under it, all
+        # inside the timed run: the data is on the device when the run ends.
+        durable = [str(target), *map(str, stack.durable_paths()[1:])]
+        script = f"{shlex.join(tar)} && exec sync -f {shlex.join(durable)}"
+        argv = ["sh", "-c", script] if options.sync else tar
         return Prepared(
             argv=argv,
             cwd=stack.top,

@@ -39,5 +39,7 @@ class Metadata(Workload):
             str(parse_size(options.size)),
             str(options.files_per_dir),
             ",".join(options.phases),
+            # syncfs'd after the phases: the file systems under the top too (see durable_paths)
+            *map(str, stack.durable_paths()[1:]),
         ]
         return Prepared(argv=argv, cwd=stack.top, units=options.files, unit="files")

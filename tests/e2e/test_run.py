@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import cli, leftovers
+from helpers import TEST_ROOT, cli, leftovers
 
 pytestmark = pytest.mark.e2e
 
@@ -170,3 +170,25 @@ def test_store_holds_plan_and_host(experiment: dict[str, Path]) -> None:
     assert plan_text == experiment["plan"].read_text() and status == "done"
     assert json.loads(host)["tools"]["tar"].startswith("tar")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_data_written_through_fuse_reaches_the_device_within_the_run(tmp_path: Path) -> None:
+    # syncfs of a bindfs mount is a no-op: without a syncfs of the file system under it,
+    # the extracted files would still be dirty in memory when the timed run ends.
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "durable"\nreps = 1\nwarmup = 0\nbaseline = "disk"\n'
+        '[stacks.disk]\nlayers = []\n[stacks.fuse]\nlayers = [{ kind = "fuse" }]\n'
+        '[workloads.untar]\nkind = "extract"\narchive = "builtin:small-tree"\n'
+        '[workloads.files]\nkind = "metadata"\nfiles = 300\nphases = ["create"]\n'
+    )
+    scratch = TEST_ROOT / "durable"
+    db = tmp_path / "r.db"
+    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
+    rows = sqlite3.connect(db).execute("SELECT stack, workload, write_bytes, status FROM runs").fetchall()
+    written = {(stack, workload): value for stack, workload, value, status in rows if status == "ok"}
+    assert len(written) == 4, rows
+    for workload in ("untar", "files"):
+        assert written[("disk", workload)] > 1_000_000, written
+        assert written[("fuse", workload)] > 0.5 * written[("disk", workload)], written
+    assert leftovers(scratch) == []
