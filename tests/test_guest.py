@@ -56,3 +56,15 @@ def test_initramfs_holds_busybox_init_and_modules() -> None:
     data = gzip.decompress(built[-1].read_bytes())
     for name in (b"bin/busybox", b"init", b"modules/ext4.ko", b"modules/9p.ko", b"modules.order"):
         assert name + b"\0" in data
+
+
+def test_paths_under_the_guests_own_tmpfs_are_hidden_from_it(tmp_path: Path) -> None:
+    from layerbench.guest.machine import hidden_in_guest
+
+    assert hidden_in_guest(["/tmp/clone", "/run/venv/lib", "/usr/lib/python3", "/var/tmp/x"]) == [
+        "/tmp/clone",
+        "/run/venv/lib",
+    ]
+    # The init script mounts exactly these over the host's root in the guest.
+    script = Path(kernel.__file__).read_text()
+    assert "mount -t tmpfs tmp /newroot/tmp" in script and "mount -t tmpfs run /newroot/run" in script

@@ -31,6 +31,31 @@ _INIT_MARKER = "layerbench-init: started"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+# The guest sees the host's root read-only over 9p, but these are its own, empty tmpfs.
+GUEST_TMPFS = ("/tmp", "/run")
+
+
+def hidden_in_guest(paths: list[str]) -> list[str]:
+    """Those of paths the guest cannot see (they lie under a guest's own tmpfs)."""
+    return [p for p in paths if any(Path(p).resolve().is_relative_to(t) for t in GUEST_TMPFS)]
+
+
+def guest_python_path() -> list[str]:
+    """Where the guest's interpreter finds layerbench and its packages (the host's own)."""
+    return [str(Path(__file__).resolve().parent.parent.parent), *site.getsitepackages()]
+
+
+def unseen_in_guest() -> str | None:
+    """Why the guest could not run this layerbench, if it could not."""
+    hidden = hidden_in_guest([sys.executable, *guest_python_path()])
+    if not hidden:
+        return None
+    return (
+        f"the guest mounts its own {' and '.join(GUEST_TMPFS)} over the host's, so it cannot see "
+        f"{hidden[0]}: run layerbench from a checkout and a Python outside them"
+    )
+
+
 @dataclass(frozen=True)
 class MachineSpec:
     cpus: int
@@ -234,7 +259,10 @@ class GuestTrial:
         disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
         # The interpreter starts with -S (site's .pth files cost seconds under emulation),
         # so the host's site-packages come in through PYTHONPATH.
-        python_path = ":".join([str(Path(__file__).resolve().parent.parent.parent), *site.getsitepackages()])
+        python_path = ":".join(guest_python_path())
+        problem = unseen_in_guest()
+        if problem:
+            raise SetupError(problem)
         (share / "boot.env").write_text(
             f"SHARE='{share}'\nDISK_MOUNT='{self.disk_mount}'\nDISK_FS='{self.disk_fs}'\n"
             f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"

@@ -62,6 +62,9 @@ class VmLayer(Layer):
         lacks = super().missing(options)
         if lacks or options is None:
             return lacks
+        problem = machine.unseen_in_guest()
+        if problem:
+            return [problem]
         # Before the experiment starts: fetch the guest kernel, build the initramfs and
         # settle the accelerator, so none of it happens during a trial.
         try:
