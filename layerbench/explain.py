@@ -161,10 +161,10 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
     if stack == baseline or elapsed is None or elapsed.verdict not in ("slower", "faster"):
         return None
     result = Why(stack, workload, elapsed)
+    slower = elapsed.verdict == "slower"
     cpu = _moved(rows.get((stack, "cpu_pct")), rows.get((baseline, "cpu_pct")))
     if cpu is not None and cpu.ratio is not None:
         result.cpu = (cpu.base, cpu.value)
-        slower = elapsed.verdict == "slower"
         result.readings.append(BUSIER if cpu.up else WAITING if slower else LESS_CPU)
     base_elapsed = rows.get((baseline, "wall_s"))
     elapsed_change = abs((elapsed.median or 0) - (base_elapsed.median or 0)) if base_elapsed else 0
@@ -177,9 +177,9 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
     moved.sort(key=lambda m: m.size, reverse=True)
     result.moved = moved[:MOST]
     # A counter explains the difference only when it moved the same way as the elapsed time.
-    explaining = READINGS_UP if elapsed.verdict == "slower" else READINGS_DOWN
+    explaining = READINGS_UP if slower else READINGS_DOWN
     for m in moved:
-        if m.up == (elapsed.verdict == "slower") and m.metric in explaining:
+        if m.up == slower and m.metric in explaining:
             result.readings.append(explaining[m.metric])
     helper = rows.get((stack, "helper_cpu_s"))
     if helper is not None and helper.median:

@@ -71,9 +71,13 @@ def _rng(*keys: str) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def resamples(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of BOOTSTRAP_RESAMPLES resamples of n values, one resample per row."""
+    return rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
+
+
 def bootstrap_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    picks = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
-    return np.median(values[picks], axis=1)
+    return np.median(values[resamples(len(values), rng)], axis=1)
 
 
 def percentile_interval(draws: np.ndarray) -> tuple[float, float]:
@@ -132,7 +136,8 @@ def summarize(
     mean = float(np.mean(data))
     stdev = float(np.std(data, ddof=1)) if n > 1 else None
     cv = stdev / mean if stdev is not None and mean else None
-    medians = bootstrap_medians(data, rng)
+    picks = resamples(n, rng)
+    medians = np.median(data[picks], axis=1)
     ci_low, ci_high = percentile_interval(medians) if n > 1 else (median, median)
     # What describes this sample alone; the comparison with the baseline follows it.
     own = (stack, workload, metric, n, median, mean, stdev, cv, ci_low, ci_high)
@@ -144,11 +149,8 @@ def summarize(
         return Summary(*own, None, None, None, mann_whitney_p(data, base), "no ratio (baseline is 0)")
     ratio = median / base_median
     paired = paired and len(base) == n and n > 1
-    if paired:
-        picks = rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
-        medians, base_medians = np.median(data[picks], axis=1), np.median(base[picks], axis=1)
-    else:
-        base_medians = bootstrap_medians(base, rng)
+    # Paired: the baseline's runs of the very repetitions drawn for this stack.
+    base_medians = np.median(base[picks], axis=1) if paired else bootstrap_medians(base, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = medians / base_medians
     ratios = ratios[np.isfinite(ratios)]

@@ -56,6 +56,15 @@ def wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
     raise AssertionError("the failpoint was never reached")
 
 
+def leftovers_after(root: Path, seconds: float) -> list[str]:
+    """What is still left under root once the kernel has had up to seconds to drop a killed
+    run's namespace (its mounts and autoclear loop devices go asynchronously)."""
+    deadline = time.monotonic() + seconds
+    while (found := leftovers(root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def leftovers(root: Path) -> list[str]:
     """Mounts, loop devices, control groups and helper processes (FUSE daemons, VMs,
     chrooted builds) that reference root, seen from the host."""

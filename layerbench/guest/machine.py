@@ -259,10 +259,7 @@ class GuestTrial:
         disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
         # The interpreter starts with -S (site's .pth files cost seconds under emulation),
         # so the host's site-packages come in through PYTHONPATH.
-        python_path = ":".join(guest_python_path())
-        problem = unseen_in_guest()
-        if problem:
-            raise SetupError(problem)
+        python_path = ":".join(guest_python_path())  # visible in the guest: VmLayer.missing checked
         (share / "boot.env").write_text(
             f"SHARE='{share}'\nDISK_MOUNT='{self.disk_mount}'\nDISK_FS='{self.disk_fs}'\n"
             f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"

@@ -188,11 +188,7 @@ class BuiltStack:
     def devices(self) -> list[str]:
         """Block devices that serve the stack's top, top first: down through the layers
         until one keeps its data elsewhere (a tmpfs holds it in memory)."""
-        found: list[str] = []
-        for exposed in reversed(self.layers):
-            found += mounts.devices_under(exposed.path)
-            if exposed.standalone:
-                break
+        found = [device for path in self.durable_paths() for device in mounts.devices_under(path)]
         return list(dict.fromkeys(found))
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, start_cli
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli
 
 from layerbench.stacks.base import load_kinds
 
@@ -133,7 +133,4 @@ def test_kill_9_during_churn_then_clean_leaves_nothing(needs_root: None, tmp_pat
     assert leftovers(scratch), "the kill should have left the churn's mounts"
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "unmounted" in done.stdout
-    deadline = time.monotonic() + 10
-    while leftovers(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(scratch) == []
+    assert leftovers_after(scratch, 10) == []

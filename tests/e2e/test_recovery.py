@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, one_line_error, start_cli, wait_stopped
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -107,10 +107,7 @@ def test_a_killed_childs_process_group_is_stopped_by_clean(needs_root: None, tmp
     child.communicate(timeout=60)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "process group" in done.stdout
-    deadline = time.monotonic() + 5
-    while leftovers(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(scratch) == []
+    assert leftovers_after(scratch, 5) == []
 
 
 def test_resume_refuses_a_complete_experiment(needs_root: None, tmp_path: Path) -> None:

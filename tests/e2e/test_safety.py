@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, cli, leftovers, one_line_error, start_cli
+from helpers import REPO, cli, leftovers, leftovers_after, one_line_error, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -172,10 +172,7 @@ def test_kill_9_in_a_private_namespace_leaks_nothing(needs_root: None, tmp_path:
     child.kill()
     child.communicate(timeout=60)
     # The kernel drops the namespace's mounts and autoclear loop devices by itself.
-    deadline = time.monotonic() + 5
-    while leftovers(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(scratch) == []
+    assert leftovers_after(scratch, 5) == []
     # The next run recovers the journal's files and marks the killed experiment.
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "marked interrupted" in done.stdout and leftovers(scratch) == []

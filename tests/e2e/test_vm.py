@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, start_cli
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -145,7 +145,4 @@ def test_kill_9_then_clean_leaves_no_guest(tmp_path: Path) -> None:
     child.communicate(timeout=60)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "marked interrupted" in done.stdout
-    deadline = time.monotonic() + 10
-    while leftovers(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(scratch) == []
+    assert leftovers_after(scratch, 10) == []

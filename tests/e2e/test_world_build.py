@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers, one_line_error, start_cli, wait_stopped
+from helpers import REPO, TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -179,10 +179,7 @@ def test_kill_9_around_a_fuse_daemon_then_clean(as_root: None, tmp_path: Path, p
     assert _bindfs_processes(scratch)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "stopped bindfs" in done.stdout
-    deadline = time.monotonic() + 5
-    while leftovers(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(scratch) == []
+    assert leftovers_after(scratch, 5) == []
 
 
 def test_a_debian_source_package_builds_from_a_read_only_image(as_root: None, tmp_path: Path) -> None:
