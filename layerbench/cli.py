@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def _interruptible(scratch: Scratch) -> Iterator[None]:
-    """First Ctrl-C (or SIGTERM): stop, tear down, keep finished runs. A second one while
+    """First Ctrl-C (or SIGTERM, SIGHUP): stop, tear down, keep finished runs. A second one while
     tearing down: hurry (lazy unmounts, SIGKILL helpers) but still leave nothing behind."""
     count = 0
 
@@ -150,7 +150,9 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
         scratch.hurry = True
         console.print("[yellow]hurrying the teardown[/yellow]")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP: the ssh session that started the run was closed.
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, handler) for s in stopping}
     try:
         yield
     finally:
@@ -182,8 +184,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench run")
     try:
-        for line in scratch.clean():
+        recovery = scratch.clean()
+        for line in recovery.removed:
             console.print(f"recovered from an earlier run: {line}")
+        if recovery.problems:
+            for line in recovery.problems:
+                print(f"layerbench: cannot remove what an earlier run left: {line}", file=sys.stderr)
+            return 1
         if args.resume is not None and not args.db.exists():
             raise UserError(f"{args.db}: no results database to resume from")
         store = Store(args.db)
@@ -358,16 +365,18 @@ def cmd_clean(args: argparse.Namespace) -> int:
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench clean")
     try:
-        removed = scratch.clean()
+        recovery = scratch.clean()
     finally:
         scratch.unlock()
-    for line in removed:
-        out.print(line)
+    for line in recovery.removed:
+        print(line)  # one line each, never wrapped: scripts read them
     if args.db.exists():
         for ident in Store(args.db).mark_running_interrupted():
             out.print(f"experiment {ident} marked interrupted")
-    out.print(f"clean: {len(removed)} leftover(s) removed from {scratch.root}")
-    return 0
+    out.print(f"clean: {len(recovery.removed)} leftover(s) removed from {scratch.root}")
+    for line in recovery.problems:
+        print(f"clean: cannot remove {line}", file=sys.stderr)
+    return 1 if recovery.problems else 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -411,3 +420,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("layerbench: interrupted")
         return 130
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        log = _write_traceback(args.command)
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"layerbench: internal error: {what} (traceback in {log})", file=sys.stderr)
+        return 3
+
+
+def _write_traceback(command: str) -> Path:
+    """The traceback of an unexpected exception, kept in a file for a bug report."""
+    import time
+    import traceback
+
+    directory = Path(os.environ.get("LAYERBENCH_LOG_DIR", tempfile.gettempdir()))
+    log = directory / f"layerbench-{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    with contextlib.suppress(OSError), open(log, "w") as handle:
+        handle.write(f"layerbench {__version__}: {' '.join(sys.argv)}\n")
+        traceback.print_exc(file=handle)
+    return log

@@ -13,10 +13,14 @@ TEST_ROOT = Path(os.environ.get("LAYERBENCH_TEST_ROOT", "/var/tmp/layerbench-tes
 
 
 def cli(
-    *args: str, timeout: float = 900, check: bool = False, **kwargs: object
+    *args: str,
+    timeout: float = 900,
+    check: bool = False,
+    env: dict[str, str] | None = None,
+    **kwargs: object,
 ) -> subprocess.CompletedProcess[str]:
     """Run `layerbench ARGS` from this checkout as a separate process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**(env or os.environ), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "layerbench", *args],
         capture_output=True,

@@ -75,7 +75,7 @@ def test_clean_removes_what_a_killed_run_left(needs_root: None, scratch_root: Pa
     mounts.mount("layerbench", target, fstype="tmpfs", options=["size=1M"])
     assert mounts.is_mount_point(target) and ident
     # The run dies here: nothing was torn down. A new opening of the root cleans up.
-    removed = Scratch(scratch_root).clean()
+    removed = Scratch(scratch_root).clean().removed
     assert f"unmounted {target}" in removed and f"deleted {workdir}" in removed
     assert not mounts.is_mount_point(target) and not workdir.exists()
     assert Journal(scratch_root / "journal.jsonl").pending() == []
@@ -90,7 +90,7 @@ def test_clean_finds_a_daemon_whose_pid_never_reached_the_journal(
     scratch.journal.add("process", f"bindfs {target}", named=str(target))
     daemon = subprocess.Popen(["sh", "-c", "sleep 300", str(target)], start_new_session=True)
     try:
-        removed = Scratch(scratch_root).clean()
+        removed = Scratch(scratch_root).clean().removed
         assert f"stopped bindfs {target} (pid {daemon.pid})" in removed
         assert daemon.wait(timeout=5) is not None
     finally:
@@ -114,3 +114,52 @@ def test_mounted_refuses_targets_outside_the_root(needs_root: None, scratch_root
         scratch.mounted("x", Path("/mnt"), fstype="tmpfs"),
     ):
         pass
+
+
+def test_clean_removes_what_the_journal_never_heard_of(needs_root: None, scratch_root: Path) -> None:
+    """A foreign mount planted under trials/, a loop device over an image in the root and a
+    process working in it: clean removes all three whatever the journal says, and says so."""
+    scratch = Scratch(scratch_root)
+    workdir = scratch.new_dir("trials", "e1-t0")
+    planted = workdir / "planted"
+    planted.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "planted", str(planted)], check=True)
+    image = workdir / "disk.img"
+    image.write_bytes(b"\0" * 2**20)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(image)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    worker = subprocess.Popen(["sleep", "300"], cwd=workdir, start_new_session=True)
+    try:
+        recovery = Scratch(scratch_root).clean()
+        assert recovery.problems == []
+        assert any(
+            line.startswith(f"unmounted {planted}") and "not in the journal" in line
+            for line in recovery.removed
+        ), recovery.removed
+        assert f"detached {device} ({image})" in recovery.removed
+        assert any(f"stopped pid {worker.pid}" in line for line in recovery.removed)
+        assert f"deleted {workdir}" in recovery.removed
+        assert worker.wait(timeout=5) is not None  # (reaped by clean itself, in this process)
+        assert not mounts.is_mount_point(planted) and not workdir.exists()
+    finally:
+        worker.kill()
+        worker.wait()
+        subprocess.run(["umount", "-l", str(planted)], capture_output=True)
+        subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+def test_clean_says_what_it_cannot_remove_and_keeps_it_journaled(
+    needs_root: None, scratch_root: Path
+) -> None:
+    scratch = Scratch(scratch_root)
+    workdir = scratch.new_dir("trials", "e1-t0")
+    (workdir / "file").write_text("x")
+    subprocess.run(["chattr", "+i", str(workdir / "file")], check=True)
+    try:
+        recovery = Scratch(scratch_root).clean()
+        assert len(recovery.problems) == 1 and str(workdir) in recovery.problems[0]
+        assert [r.target for r in Journal(scratch_root / "journal.jsonl").pending()] == [str(workdir)]
+    finally:
+        subprocess.run(["chattr", "-i", str(workdir / "file")], check=True)
+    assert f"deleted {workdir}" in Scratch(scratch_root).clean().removed

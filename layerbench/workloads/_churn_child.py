@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import mounts
+from layerbench import failpoints, mounts
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Exposed, load_kinds
 
@@ -90,7 +90,7 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
     load_kinds()
     scratch = Scratch(Path(spec["scratch"]))
     # Journal ids of our own, far above the parent's, so the two never reuse one.
-    scratch.journal._next = 10**12 + os.getpid() * 10**8
+    scratch.journal.use_ids_from(10**12 + os.getpid() * 10**8)
     options = LAYER_KINDS[spec["layer"]["kind"]].Options(**spec["layer"])
     kind = LAYER_KINDS[options.kind]
     below = Exposed(
@@ -125,6 +125,7 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
             errors.append(f"cycle {cycle} mount: {exc}")
         else:
             mount_s.append(time.monotonic() - began)
+            failpoints.reached("churn-mounted")
             try:
                 if spec["files"]:
                     _touch(exposed.path, spec["files"], spec["file_size"], not options.readonly)

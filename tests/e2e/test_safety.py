@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, cli, leftovers, leftovers_after, one_line_error, start_cli
+from helpers import REPO, TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli
+
+from layerbench.scratch import Scratch
 
 pytestmark = pytest.mark.e2e
 
@@ -176,3 +178,40 @@ def test_kill_9_in_a_private_namespace_leaks_nothing(needs_root: None, tmp_path:
     # The next run recovers the journal's files and marks the killed experiment.
     done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
     assert "marked interrupted" in done.stdout and leftovers(scratch) == []
+
+
+def test_clean_exits_1_naming_what_it_cannot_remove(needs_root: None, scratch_root: Path) -> None:
+    scratch = Scratch(scratch_root)
+    workdir = scratch.new_dir("trials", "e1-t0")
+    (workdir / "file").write_text("x")
+    subprocess.run(["chattr", "+i", str(workdir / "file")], check=True)
+    try:
+        done = cli("clean", "--scratch", str(scratch_root), "--db", str(scratch_root / "none.db"))
+    finally:
+        subprocess.run(["chattr", "-i", str(workdir / "file")], check=True)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("clean: cannot remove")]
+    assert len(problems) == 1 and str(workdir) in problems[0], done.stderr
+    assert cli("clean", "--scratch", str(scratch_root), check=True).returncode == 0
+
+
+def test_an_internal_error_is_one_line_and_a_log_file(needs_root: None, tmp_path: Path) -> None:
+    """A bug mid-run is one line naming the log that holds the traceback, never the
+    traceback itself; everything built is torn down all the same."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "bug"\nreps = 1\nwarmup = 0\n[stacks.ram]\nlayers = [{ kind = "tmpfs", size = "16M" }]\n'
+        '[workloads.files]\nkind = "metadata"\nfiles = 10\n'
+    )
+    scratch = TEST_ROOT / f"bug-{tmp_path.name}"
+    env = {**os.environ, "LAYERBENCH_LOG_DIR": str(tmp_path), "LAYERBENCH_RAISE_AT": "stack-built"}
+    db = tmp_path / "r.db"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", env=env)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.startswith("layerbench: internal error")]
+    assert len(lines) == 1 and "injected at stack-built" in lines[0], done.stderr
+    log = Path(lines[0].rsplit("traceback in ", 1)[1].rstrip(")"))
+    assert log.parent == tmp_path and "Traceback" in log.read_text()
+    assert leftovers(scratch) == []

@@ -1,0 +1,148 @@
+"""Every reader of /proc (and the /sys block statistics) in one leaf module: processes,
+their stat, command line and directories; the kernel's file systems; block device and
+CPU counters; memory. Nothing here imports the rest of layerbench."""
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ---- processes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PidStat:
+    """The fields of /proc/PID/stat that layerbench reads."""
+
+    pid: int
+    comm: str
+    state: str  # R, S, D, Z, T ...
+    ppid: int
+    pgrp: int
+    utime_s: float
+    stime_s: float
+    start_time: str  # clock ticks since boot, as text: with the pid, names one process
+
+    @property
+    def cpu_s(self) -> float:
+        return self.utime_s + self.stime_s
+
+
+def pids() -> Iterator[int]:
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def pid_stat(pid: int | str, task: int | None = None) -> PidStat | None:
+    """The process's stat (or one of its threads'), None once it is gone."""
+    path = f"/proc/{pid}/task/{task}/stat" if task is not None else f"/proc/{pid}/stat"
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: it ends at the last ')'.
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    return PidStat(
+        pid=int(pid),
+        comm=head.partition("(")[2],
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        utime_s=int(fields[11]) / CLOCK_TICKS,
+        stime_s=int(fields[12]) / CLOCK_TICKS,
+        start_time=fields[19],
+    )
+
+
+def start_time(pid: int) -> str | None:
+    stat = pid_stat(pid)
+    return stat.start_time if stat else None
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping, not gone and not a zombie (a zombie does nothing more)."""
+    stat = pid_stat(pid)
+    return stat is not None and stat.state not in ("Z", "X")
+
+
+def cmdline(pid: int) -> list[bytes]:
+    """The process's argv; [] for a kernel thread or a process that is gone.
+
+    A process in the middle of execve(2) shows an empty command line for a moment: its
+    close-on-exec descriptors (which tell a parent the exec succeeded) close before the
+    new arguments are in place. Wait that moment out rather than miss the process."""
+    for _ in range(50):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return []
+        if raw or _kernel_thread(pid) or not alive(pid):
+            return raw.split(b"\0") if raw else []
+        time.sleep(0.002)
+    return []
+
+
+def _kernel_thread(pid: int) -> bool:
+    stat = pid_stat(pid)
+    return stat is None or stat.ppid == 2 or pid == 2
+
+
+def link(pid: int, name: str) -> str | None:
+    """cwd or root of a process, as a path; None if unreadable or gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/{name}")
+    except OSError:
+        return None
+
+
+def ancestors(pid: int) -> set[int]:
+    """pid and every process above it, up to init."""
+    found = set()
+    while pid > 0 and pid not in found:
+        found.add(pid)
+        stat = pid_stat(pid)
+        if stat is None:
+            break
+        pid = stat.ppid
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    return [pid for pid in pids() if (stat := pid_stat(pid)) and stat.pgrp == pgid and stat.state != "Z"]
+
+
+# ---- the kernel ------------------------------------------------------------------------------
+
+
+def filesystems() -> set[str]:
+    """File system types the kernel has now (registered, loaded or built in)."""
+    try:
+        text = Path("/proc/filesystems").read_text()
+    except OSError:
+        return set()
+    return {line.split()[-1] for line in text.splitlines() if line.strip()}
+
+
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes."""
+    found = {}
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            found[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return found
+
+
+def available_memory() -> int | None:
+    return meminfo().get("MemAvailable")

@@ -1,0 +1,150 @@
+"""An opened scratch root: its lock (one run at a time), its journal, and the context
+managers through which every resource of a run is made (journaled before it exists)."""
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from layerbench import cgroups, failpoints, mounts, procfs
+from layerbench.errors import SetupError, UserError
+from layerbench.scratch import resources
+from layerbench.scratch.journal import Journal
+from layerbench.scratch.policy import MARKER, check_root, inside
+
+
+class Scratch:
+    """An opened scratch root: holds the lock while a run or clean uses it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = check_root(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / MARKER).touch()
+        self.journal = Journal(self.root / "journal.jsonl")
+        self.hurry = False  # set by a second Ctrl-C: lazy unmounts, SIGKILL
+        self._lock_handle: TextIO | None = None
+        self._dir_idents: dict[str, int] = {}
+
+    # -- lock
+    def lock(self, what: str) -> None:
+        """Take the root for this process; what says who holds it, for a refused second run."""
+        handle = open(self.root / "lock", "a+")  # noqa: SIM115 - held for the run's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise UserError(
+                f"scratch root {self.root} is in use by {holder}; wait for it or use another --scratch"
+            ) from None
+        self._lock_handle = handle
+        self.describe_holder(what)
+
+    def describe_holder(self, what: str) -> None:
+        """Say who holds the lock (and, once known, which experiment)."""
+        handle = self._lock_handle
+        if handle is not None:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} ({what})\n")
+            handle.flush()
+
+    def tidy(self) -> None:
+        """After a clean finish: an empty journal and no empty trial directory remain."""
+        self.journal.reset_if_clean()
+        with contextlib.suppress(OSError):
+            (self.root / "trials").rmdir()
+
+    def unlock(self) -> None:
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    # -- resources
+    def new_dir(self, *parts: str) -> Path:
+        """A fresh directory in the scratch root, journaled so clean can delete it."""
+        path = self.root.joinpath(*parts)
+        if path.exists():
+            raise SetupError(f"{path} already exists")
+        ident = self.journal.add("path", path)
+        path.mkdir(parents=True)
+        self._dir_idents[str(path)] = ident
+        return path
+
+    @contextlib.contextmanager
+    def directory(self, *parts: str) -> Iterator[Path]:
+        path = self.new_dir(*parts)
+        try:
+            yield path
+        finally:
+            resources.remove_path(str(path), self.root)
+            self.journal.done(self._dir_idents.pop(str(path)))
+
+    @contextlib.contextmanager
+    def mounted(
+        self,
+        source: str,
+        target: Path,
+        *,
+        fstype: str | None = None,
+        options: list[str] | None = None,
+        bind: bool = False,
+        readonly_bind: bool = False,
+    ) -> Iterator[Path]:
+        """Mount inside the scratch root; unmount on the way out, whatever happens."""
+        if not inside(target, self.root):
+            raise UserError(f"refusing to mount over {target}: it is outside the scratch root")
+        ident = self.journal.add("mount", target)
+        try:
+            mounts.mount(source, target, fstype=fstype, options=options, bind=bind)
+            if readonly_bind:
+                mounts.remount_readonly_bind(target)
+            yield target
+        finally:
+            resources.unmount_path(str(target), hurry=self.hurry)
+            failpoints.reached("teardown")
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def process(self, start: Callable[[], int], label: str, *, named: Path) -> Iterator[int]:
+        """A helper daemon: start() returns its pid; it is stopped on the way out.
+
+        named is a path in this root that the daemon's command line carries: a kill between
+        the start and the pid reaching the journal still leaves clean a way to find it."""
+        if not named.is_relative_to(self.root):
+            raise SetupError(f"a helper process must name a path in {self.root}, not {named}")
+        ident = self.journal.add("process", label, named=str(named))
+        pid = start()
+        failpoints.reached("helper-started")  # started, its pid not yet journaled
+        self.journal.update(ident, pid=pid, start_time=procfs.start_time(pid))
+        try:
+            yield pid
+        finally:
+            resources.stop_process(pid, None, hurry=self.hurry)
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def cgroup(self, hierarchy: cgroups.Hierarchy, label: str) -> Iterator[Path]:
+        """A control group named after this root; what is left inside is killed on removal."""
+        path = hierarchy.parent / cgroups.group_name(self.root, label)
+        ident = self.journal.add("cgroup", path)
+        try:
+            yield cgroups.create(hierarchy, path.name)
+        finally:
+            cgroups.remove(path)
+            self.journal.done(ident)
+
+    # -- recovery
+    def loop_devices(self) -> list[tuple[str, str]]:
+        """(device, backing file) of loop devices whose image lives in this root."""
+        return resources.loop_devices(self.root)
+
+    def clean(self) -> resources.Recovery:
+        """Remove what an earlier, crashed run left, journaled or not (see resources)."""
+        recovery = resources.clean(self.journal.pending(), self.root, self.journal.done)
+        if not recovery.problems:
+            self.tidy()
+        return recovery
