@@ -30,6 +30,26 @@ BUILTIN: dict[str, tuple[list[str], int]] = {
 }
 
 
+# What each built-in tree unpacks to, at most, before it is first packed (then its own
+# description in the cache says).
+_BUILTIN_ESTIMATE = {"source-tree": 320 * 2**20, "medium-tree": 160 * 2**20, "small-tree": 24 * 2**20}
+_UNPACKED_PER_PACKED = 6  # a compressed source tarball unpacks to at most about this much
+
+
+def archive_estimate(spec: str) -> int:
+    """The bytes an archive unpacks to, known without packing or reading it whole."""
+    if spec.startswith("builtin:"):
+        name = spec.removeprefix("builtin:")
+        meta = CACHE_DIR / f"{name}.json"
+        try:
+            return int(json.loads(meta.read_text())["bytes"] * 1.25)  # plus directories and blocks
+        except (OSError, ValueError, KeyError):
+            return _BUILTIN_ESTIMATE.get(name, 0)
+    path = Path(spec)
+    size = path.stat().st_size if path.is_file() else 0
+    return size * (_UNPACKED_PER_PACKED if path.suffix in _COMPRESSION else 1)
+
+
 @dataclass(frozen=True)
 class Archive:
     path: Path

@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, namespace, validity
+from layerbench import __version__, doctor, footprint, namespace, validity
 from layerbench.compare import compare, load_side
 from layerbench.errors import UserError
 from layerbench.experiment import Experiment, Trial
@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
     check.add_argument("--reps", type=int)
     check.add_argument("--quick", action="store_true")
+    check.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root (its free space)")
 
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
     report.add_argument("experiment", nargs="?", type=int, help="experiment id")
@@ -171,6 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume is not None and (args.plan or args.reps or args.quick):
         raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
     plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
+    if plan is not None and (refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch)):
+        raise UserError(f"{plan.source}: {refusal}")
     if os.geteuid() != 0:
         raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
     warnings: list[str] = []
@@ -259,6 +262,8 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
+    if refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch):
+        raise UserError(f"{plan.source}: {refusal}")
     from layerbench.experiment import schedule
 
     trials = schedule(plan, plan.seed or 0)

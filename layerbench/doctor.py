@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from layerbench import system
+from layerbench import footprint, procfs, system
 from layerbench.errors import UserError
 from layerbench.experiment import make_layers, make_workloads
 from layerbench.plan import Plan
 from layerbench.scratch import Scratch, check_root
-from layerbench.sizes import format_size, parse_size
+from layerbench.sizes import format_size
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -168,37 +168,12 @@ def check_tools(plan: Plan | None) -> list[Check]:
 
 
 def plan_needs_bytes(plan: Plan) -> int:
-    """An upper estimate of the disk one trial uses at once: the largest stack's file
-    systems on disk, plus the largest workload's data, plus the staged archive."""
-    stack_bytes = 0
-    for stack in plan.stacks:
-        on_disk = sum(
-            layer.fs_size() or 0 for layer in make_layers(plan, stack) if layer.options.kind != "tmpfs"
-        )
-        stack_bytes = max(stack_bytes, on_disk)
-    workload_bytes = 0
-    for options in plan.workloads.values():
-        data = 0
-        if hasattr(options, "size") and options.kind == "stream-write":
-            fill = getattr(options, "fill", 0)
-            fill_bytes = parse_size(fill) if isinstance(fill, str) else int(fill * max(stack_bytes, 1))
-            data = parse_size(options.size) + fill_bytes
-        elif options.kind == "metadata":
-            data = options.files * parse_size(options.size)  # type: ignore[attr-defined]
-        elif options.kind == "extract":
-            data = 512 * 2**20  # the built-in source tree unpacks to about 250 MB; twice for safety
-        workload_bytes = max(workload_bytes, data)
-    return stack_bytes + workload_bytes
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+    """An upper estimate of the scratch root's disk one trial uses at once (see footprint)."""
+    return footprint.largest(plan.stacks, plan.workloads)[1]
 
 
 def check_space(scratch_root: Path, plan: Plan | None) -> Check:
-    where = _existing(scratch_root)
+    where = footprint.existing_parent(scratch_root)
     usage = shutil.disk_usage(where)
     if plan is None:
         return Check("space", INFO, f"{format_size(usage.free)} free under {scratch_root}")
@@ -210,6 +185,21 @@ def check_space(scratch_root: Path, plan: Plan | None) -> Check:
     if usage.free < need:
         return Check("space", FAIL, detail, "free space there, or use --scratch on a larger file system")
     return Check("space", OK, detail)
+
+
+def check_memory(plan: Plan | None) -> Check:
+    available = procfs.available_memory()
+    if available is None:
+        return Check("memory", INFO, "/proc/meminfo has no MemAvailable")
+    if plan is None:
+        return Check("memory", INFO, f"{format_size(available)} available")
+    need = footprint.largest(plan.stacks, plan.workloads)[0]
+    detail = (
+        f"{format_size(available)} available; plan {plan.name!r} holds up to {format_size(need)} in memory"
+    )
+    if need > available - footprint.MEMORY_HEADROOM:
+        return Check("memory", FAIL, detail, "smaller tmpfs layers or workloads, or a host with more memory")
+    return Check("memory", OK, detail)
 
 
 # ---- noise --------------------------------------------------------------------------------
@@ -376,7 +366,7 @@ NOISE: tuple[Callable[[], Check], ...] = (
 def diagnose(scratch_root: Path, plan: Plan | None, *, probe: bool = True) -> list[Check]:
     """Every check; the idle-write probe (about 11 s) only with probe=True."""
     checks = [check_root_user(), *check_kernel_features(), check_kvm(), *check_tools(plan)]
-    checks.append(check_space(check_root(scratch_root), plan))
+    checks += [check_space(check_root(scratch_root), plan), check_memory(plan)]
     checks += [check() for check in NOISE]
     if probe and os.geteuid() == 0:
         checks.append(check_idle_write(scratch_root))
@@ -385,5 +375,5 @@ def diagnose(scratch_root: Path, plan: Plan | None, *, probe: bool = True) -> li
 
 def warnings_before_run(scratch_root: Path, plan: Plan | None) -> list[str]:
     """The cheap checks' warnings that matter to the run about to start (well under a second)."""
-    checks = [check_space(scratch_root, plan), *(check() for check in NOISE)]
+    checks = [check_space(scratch_root, plan), check_memory(plan), *(check() for check in NOISE)]
     return [f"doctor: {c.line()}" for c in checks if c.status in (WARN, FAIL)]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from layerbench import worlds
+from layerbench import footprint, worlds
 from layerbench.errors import UserError
 from layerbench.stacks.base import LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -195,6 +195,9 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
                 f"{source}: stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
                 'chroot; give every stack a world (world = "host" or a path)'
             )
+    refusal = footprint.plan_refusal(stacks, workloads)
+    if refusal:
+        raise UserError(f"{source}: {refusal}")
     auto_reps = shape.reps == "auto" and reps is None
     run_reps = (
         reps if reps is not None else (min(AUTO_FIRST_REPS, shape.max_reps) if auto_reps else shape.reps)

@@ -58,7 +58,7 @@ READONLY = {"dir-readonly", "bind-readonly", "overlay-readonly", "fuse-readonly"
 def _layers(layers: list[dict[str, Any]]) -> list[Any]:
     body = ", ".join("{" + ", ".join(f"{k} = {_toml(v)}" for k, v in layer.items()) + "}" for layer in layers)
     plan = parse_plan(
-        f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "metadata"\n', "test"
+        f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "churn"\ncycles = 1\n', "test"
     )
     return make_layers(plan, "s")
 

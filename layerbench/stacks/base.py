@@ -10,9 +10,9 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,6 +42,25 @@ class Exposed:
     # guest): an object with run(request, host_devices, timeout) and describe().
     elsewhere: Any = None
     cgroup_procs: list[Path] = field(default_factory=list)  # the timed child joins these first
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the bytes written on a layer's top end up, worked out from the plan alone
+    (before anything is built): so that a plan that cannot fit is refused up front."""
+
+    medium: Literal["disk", "memory", "device"] = "disk"  # disk: the scratch root's file system
+    capacity: int | None = None  # the most the top can hold; None: whatever is free on the disk
+    holder: str = "the scratch root's file system"  # what sets the capacity, for messages
+    writable: bool = True
+    reserved_memory: int = 0  # taken from the host's memory whatever is written (a guest's RAM)
+    reserved_disk: int = 0  # taken from the disk whatever is written (a preallocated image)
+
+    def bounded(self, capacity: int, holder: str) -> "Placement":
+        """The same medium, with a file system of this size on top."""
+        if self.capacity is not None and self.capacity < capacity:
+            return self  # a sparse image on a smaller file system: the smaller one fills first
+        return replace(self, capacity=capacity, holder=holder)
 
 
 @dataclass
@@ -91,6 +110,11 @@ class Layer(ABC):
     @classmethod
     def extra_tools(cls, options: LayerOptions | None) -> tuple[str, ...]:
         return ()
+
+    def place(self, below: Placement) -> Placement:
+        """Where data written on this layer's top lands, given where the layer below puts it.
+        The default is a passthrough (bind, FUSE, throttle): the layer below holds it."""
+        return replace(below, writable=below.writable and not self.options.readonly)
 
     def refusal(self, allowed_devices: frozenset[str], force: bool) -> str | None:
         """Why this layer must not be built with these permissions; None if it may."""

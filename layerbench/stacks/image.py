@@ -5,6 +5,7 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +13,7 @@ from layerbench import system, worlds
 from layerbench.errors import UserError
 from layerbench.mounts import mount_of, mount_table
 from layerbench.sizes import SizeText, parse_size
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
 # thread that writes to the image during the timed runs.
@@ -48,6 +49,27 @@ class ImageLayer(Layer):
 
     def fs_size(self) -> int | None:
         return parse_size(self.options.size)  # type: ignore[attr-defined]
+
+    def place(self, below: Placement) -> Placement:
+        options: ImageOptions = self.options  # type: ignore[assignment]
+        size = parse_size(options.size)
+        holder = f"{options.fs} image size={options.size}"
+        if options.device is not None:
+            return Placement(
+                medium="device", capacity=None, holder=options.device, writable=not options.readonly
+            )
+        placed = below.bounded(size, holder)
+        metadata = _ext4_metadata_bytes(size) if options.fs == "ext4" else 0
+        if metadata and below.medium == "memory":
+            placed = replace(placed, reserved_memory=placed.reserved_memory + metadata)
+        elif metadata:
+            placed = replace(placed, reserved_disk=placed.reserved_disk + metadata)
+        if options.preallocate:
+            if below.medium == "memory":
+                placed = replace(placed, reserved_memory=placed.reserved_memory + size)
+            else:
+                placed = replace(placed, reserved_disk=placed.reserved_disk + size)
+        return replace(placed, writable=not options.readonly)
 
     def refusal(self, allowed_devices: frozenset[str], force: bool) -> str | None:
         device = self.options.device  # type: ignore[attr-defined]
@@ -115,6 +137,12 @@ class ImageLayer(Layer):
         with ctx.scratch.mounted(options.device, target, fstype=options.fs, options=mount_options):
             size = int(Path(f"/sys/class/block/{Path(options.device).resolve().name}/size").read_text()) * 512
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)
+
+
+def _ext4_metadata_bytes(size: int) -> int:
+    """What mkfs.ext4 writes into a sparse image with lazy initialisation off: the inode
+    tables (256 bytes per 16 KiB) and the journal (at most 1 GiB)."""
+    return size // 64 + min(size // 48, 2**30)
 
 
 def device_refusal(device: str, allowed: frozenset[str], force: bool) -> str | None:

@@ -2,10 +2,12 @@
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Literal
 
 from layerbench.mounts import mount_of
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+from layerbench.sizes import parse_size
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 
 class OverlayOptions(LayerOptions):
@@ -21,6 +23,24 @@ class OverlayLayer(Layer):
     summary = "overlayfs: the layer below as lower dir, upper on disk or tmpfs"
     tools = ("mount",)
     filesystems = ("overlay",)
+
+    def place(self, below: Placement) -> Placement:
+        """New data goes to the upper directory: a tmpfs of its own, or the trial's directory
+        on the scratch root's file system."""
+        options: OverlayOptions = self.options  # type: ignore[assignment]
+        if options.readonly:
+            return replace(below, writable=False)
+        if options.upper == "tmpfs":
+            upper = Placement(
+                medium="memory",
+                capacity=parse_size(options.upper_size),
+                holder=f"overlay upper tmpfs size={options.upper_size}",
+            )
+        else:
+            upper = Placement(
+                medium="disk", holder="the overlay's upper dir on the scratch root's file system"
+            )
+        return replace(upper, reserved_memory=below.reserved_memory, reserved_disk=below.reserved_disk)
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:

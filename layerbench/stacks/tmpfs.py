@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 from layerbench.mounts import mount_of
 from layerbench.sizes import SizeText, parse_size
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 
 class TmpfsOptions(LayerOptions):
@@ -23,6 +23,17 @@ class TmpfsLayer(Layer):
 
     def fs_size(self) -> int | None:
         return parse_size(self.options.size)  # type: ignore[attr-defined]
+
+    def place(self, below: Placement) -> Placement:
+        size = parse_size(self.options.size)  # type: ignore[attr-defined]
+        return Placement(
+            medium="memory",
+            capacity=size,
+            holder=f"tmpfs size={self.options.size}",  # type: ignore[attr-defined]
+            writable=not self.options.readonly,
+            reserved_memory=below.reserved_memory,
+            reserved_disk=below.reserved_disk,
+        )
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:

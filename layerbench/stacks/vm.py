@@ -4,6 +4,7 @@ host's root shared read-only over 9p). The seed compared a native and a Xen kern
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -12,7 +13,7 @@ from layerbench import system
 from layerbench.errors import SetupError, UserError
 from layerbench.guest import kernel, machine
 from layerbench.sizes import SizeText, parse_size
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 _MKFS_ARGS = {
     "ext4": ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
@@ -73,6 +74,14 @@ class VmLayer(Layer):
         except (UserError, SetupError) as exc:
             return [str(exc)]
         return []
+
+    def place(self, below: Placement) -> Placement:
+        """The guest's disk is an image on the layer below; its RAM comes from the host."""
+        options: VmOptions = self.options  # type: ignore[assignment]
+        placed = below.bounded(parse_size(options.disk_size), f"vm disk_size={options.disk_size}")
+        return replace(
+            placed, writable=True, reserved_memory=placed.reserved_memory + parse_size(options.memory)
+        )
 
     def fs_size(self) -> int | None:
         return parse_size(self.options.disk_size)  # type: ignore[attr-defined]

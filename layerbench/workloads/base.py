@@ -50,6 +50,7 @@ class Workload(ABC):
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
     summary: ClassVar[str] = ""
     tools: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[bool] = False  # its timed run writes onto the stack's top (refused on a read-only one)
 
     def __init__(self, options: WorkloadOptions, name: str) -> None:
         self.options = options
@@ -62,6 +63,16 @@ class Workload(ABC):
             for tool in cls.tools
             if system.tool_path(tool) is None
         ]
+
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        """An upper estimate of the bytes a trial puts on the stack's top (prepare and run),
+        known from the options alone. capacity: what the top holds, if bounded; reference:
+        the smallest file system any stack of the plan makes. Unknown work counts 0."""
+        return 0
+
+    def staging_bytes(self) -> int:
+        """Bytes of memory a trial holds besides the stack (a staging tmpfs)."""
+        return 0
 
     def fetch(self) -> None:  # noqa: B027 - optional hook, most workloads need nothing
         """Once per experiment, before anything is stored: download or pack what the runs

@@ -41,6 +41,10 @@ class Churn(Workload):
     summary = "mount and unmount the stack's top layer in rapid succession; latencies, leaks, kernel log"
     tools = ("mount", "umount")
 
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        options: ChurnOptions = self.options  # type: ignore[assignment]
+        return options.files * max(parse_size(options.file_size), 4096)
+
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: ChurnOptions = self.options  # type: ignore[assignment]
         if not stack.parts:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench.archives import BUILTIN, Archive, builtin_archive, user_archive
+from layerbench.archives import BUILTIN, Archive, archive_estimate, builtin_archive, user_archive
 from layerbench.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
+_STAGE_SLACK = 64 * 2**20  # the staging tmpfs is the archive's size plus this
 _TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
 
 
@@ -40,6 +41,16 @@ class Extract(Workload):
     Options = ExtractOptions
     summary = "untar a source tree staged on a tmpfs onto the stack, then syncfs"
     tools = ("tar", "sync")
+    writes = True
+
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        return archive_estimate(self.options.archive)  # type: ignore[attr-defined]
+
+    def staging_bytes(self) -> int:
+        options: ExtractOptions = self.options  # type: ignore[assignment]
+        if options.archive.startswith("builtin:"):
+            return archive_estimate(options.archive) + _STAGE_SLACK
+        return Path(options.archive).stat().st_size + _STAGE_SLACK
 
     @cached_property
     def archive(self) -> Archive:
@@ -52,7 +63,7 @@ class Extract(Workload):
         options: ExtractOptions = self.options  # type: ignore[assignment]
         archive = self.archive
         stage = ctx.subdir("stage")
-        size = archive.path.stat().st_size + 64 * 2**20
+        size = archive.path.stat().st_size + _STAGE_SLACK
         resources.enter_context(
             ctx.scratch.mounted("layerbench-stage", stage, fstype="tmpfs", options=[f"size={size}"])
         )

@@ -39,6 +39,7 @@ class StreamWrite(Workload):
     Options = StreamWriteOptions
     summary = "dd one large file from /dev/zero, fsync'd; optionally onto a pre-filled fs"
     tools = ("dd", "sync")
+    writes = True
 
     # Set by the experiment: the smallest file system any stack of the plan makes, so a
     # fractional fill writes the same bytes on stacks that sit on the host's own fs.
@@ -52,6 +53,15 @@ class StreamWrite(Workload):
             return 0
         base = stack.fs_size or self.reference_fs_size or 2 * parse_size(options.size)
         return int(options.fill * base)
+
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        options: StreamWriteOptions = self.options  # type: ignore[assignment]
+        size = parse_size(options.size)
+        if isinstance(options.fill, str):
+            fill = parse_size(options.fill)
+        else:
+            fill = int(options.fill * (capacity or reference or 2 * size))
+        return size + fill
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: StreamWriteOptions = self.options  # type: ignore[assignment]

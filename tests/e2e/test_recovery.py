@@ -253,3 +253,27 @@ def test_real_block_devices_need_permission(needs_root: None, tmp_path: Path) ->
     finally:
         subprocess.run(["losetup", "--detach", device], check=True)
         backing.unlink()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stopping_signal_tears_down_keeps_runs_and_marks_interrupted(
+    needs_root: None, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C, SIGTERM and SIGHUP (a closed ssh session) during a timed run: exit 130,
+    nothing left, the experiment interrupted; resume completes it."""
+    scratch = TEST_ROOT / f"signal-{signum.name}"
+    db = tmp_path / "r.db"
+    args = ("--db", str(db), "--scratch", str(scratch), "--quiet", "--no-namespace")
+    child = start_cli("run", str(_plan(tmp_path)), *args, env={"LAYERBENCH_STOP_AT": "run-started"})
+    wait_stopped(child)
+    child.send_signal(signum)  # delivered once the run goes on
+    child.send_signal(signal.SIGCONT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert leftovers(scratch) == []
+    status, _, integrity = _db_facts(db)
+    assert (status, integrity) == ("interrupted", "ok")
+    resumed = cli("run", "--resume", "1", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _db_facts(db) == ("done", TRIALS, "ok")
