@@ -96,12 +96,18 @@ def load_side(db: Path, experiment_id: int | None) -> Side:
 def compare(a: Side, b: Side) -> Comparison:
     groups_a, groups_b = stats.measured(a.runs), stats.measured(b.runs)
     pairs_a, pairs_b = a.pairs(), b.pairs()
-    rows = []
-    for stack, workload in (p for p in pairs_b if p in pairs_a):
-        values_a = [r[METRIC] for r in groups_a.get((stack, workload), [])]
-        values_b = [r[METRIC] for r in groups_b.get((stack, workload), [])]
-        # summarize() takes the reference as "baseline": here A is the reference for B.
-        rows.append(stats.summarize(stack, workload, METRIC, values_b, values_a))
+    entries = [
+        (
+            stack,
+            workload,
+            [r[METRIC] for r in groups_b.get((stack, workload), [])],
+            [r[METRIC] for r in groups_a.get((stack, workload), [])],
+        )
+        for stack, workload in pairs_b
+        if (stack, workload) in pairs_a
+    ]
+    # A is the reference for B: every pair present in both is one comparison of one family.
+    rows = stats.compare_samples(entries, METRIC, stats.Design.of_plan(b.experiment["plan"]))
     return Comparison(
         a=a,
         b=b,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerbench import __version__, adaptive, failpoints, host, measure, worlds
+from layerbench import __version__, adaptive, failpoints, host, measure, stats, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.guest import machine
 from layerbench.plan import Plan, parse_plan
@@ -30,6 +30,7 @@ class Trial:
     workload: str
     rep: int  # 0-based among measured runs; warm-ups count separately
     warmup: bool
+    rerun: int = 0  # a re-run of a disturbed trial: 1, 2 ...
 
 
 def make_layers(plan: Plan, stack: str) -> list[Layer]:
@@ -195,6 +196,9 @@ class Experiment:
                 if progress:
                     progress(trial, len(todo), None)
                 row = self.run_trial(trial)
+                if (again := self._rerun_of(trial, row)) is not None:
+                    self.trials.append(again)
+                    todo.insert(index, again)
                 if index == len(todo) and self.plan.auto_reps:
                     more = self._another_round()
                     self.trials += more
@@ -270,8 +274,19 @@ class Experiment:
         if sampler_cost := row.pop("sampler", None):
             facts["sampler"] = sampler_cost
         facts.update(row.pop("facts", {}))
+        if trial.rerun:
+            facts["rerun"] = trial.rerun
         self.store.add_run(self.id, row, row.pop("devices"), facts, row.pop("samples", []))
+        row["disturbed"] = bool(facts.get("disturbed"))
         return row
+
+    def _rerun_of(self, trial: Trial, row: dict[str, Any]) -> Trial | None:
+        """A measured run that other work disturbed is kept (flagged, out of the statistics)
+        and its trial runs again, up to rerun_disturbed times."""
+        if trial.warmup or not row.get("disturbed") or trial.rerun >= self.plan.rerun_disturbed:
+            return None
+        index = 1 + max(t.index for t in self.trials)
+        return Trial(index, trial.stack, trial.workload, trial.rep, False, trial.rerun + 1)
 
     @contextlib.contextmanager
     def _journaled_child(self, trial: Trial) -> Iterator[Callable[[int], None]]:
@@ -301,7 +316,7 @@ class Experiment:
             target=self.plan.target_ci,
             max_reps=self.plan.max_reps,
             seed=self.seed,
-            paired=self.plan.order == "interleaved",
+            design=stats.Design.of_plan(self.plan.as_dict()),
         )
         self.store.set_experiment_fact(self.id, adaptive.FACT, state)
         # A resumed experiment may already hold runs of rounds added before it stopped.

@@ -1,27 +1,35 @@
 """The "why" read-out: for a stack whose elapsed time differs significantly from the
 baseline's, the counters that moved most and one plain reading derived from them.
 
-The rules, applied to the per-metric summaries (medians, ratio of medians with its
-bootstrap CI, Mann-Whitney p-value) of the stack against the baseline:
+The rules, applied to the per-metric summaries of the stack against the baseline (each
+metric's comparisons corrected as one family, see stats):
 
 1. Only a stack whose `wall_s` verdict is `slower` or `faster` gets a line; it starts
-   with the elapsed ratio and its 95 % CI.
-2. A counter has *moved* when its difference is significant (p < 0.05) and its median
-   changed by at least 25 % (ratio outside 0.8-1.25, or up from 0); user and system time
-   must also have changed by at least a tenth of the elapsed difference (0.02 s more user
-   time cannot explain 1.6 s more elapsed). The three that moved most (by the size of the
-   ratio, either way) are listed, each with its ratio and CI.
+   with the elapsed ratio and its interval.
+2. A counter has *moved* when its comparison is significant after the correction, its
+   estimated ratio is outside 0.8-1.25 (or it rose from 0), and its median changed by a
+   material amount: at least MATERIAL[metric] (10 page faults or context switches, 1 MiB
+   of I/O ...) and, for user and system time, at least a tenth of the elapsed difference
+   (0.02 s more user time cannot explain 1.6 s more elapsed). The three that moved most
+   (by the size of the ratio, either way) are listed, each with its ratio and interval,
+   and so is every other moved counter a reading below is made from: a reading always
+   names a counter the line prints.
 3. Readings, each from one moved counter, and only those that explain the direction of
    the elapsed difference (a slower stack is read by what rose, a faster one by what fell):
+   - CPU % down, slower, a helper daemon busy -> "work moved to a helper daemon"
    - CPU % down, slower -> "waiting, not computing (I/O or locks)"
    - CPU % down, faster -> "CPU time fell even more than elapsed"
    - CPU % up           -> "busier CPU (less waiting)"
    - system time up / down -> "kernel work" / "less kernel work"
-   - major page faults up / down -> "cache misses" / "fewer cache misses"
+   - major page faults up / down -> "pages of programs and mapped files read back in" /
+     "fewer pages read back in" (after a cache drop most major faults are the program's
+     own pages mapped back in, not data cache misses)
    - voluntary context switches up / down -> "round trips to a daemon or device" / "fewer round trips"
    - user time up / down -> "more computing in the workload itself" / "less computing in the workload"
 4. Helper processes (a FUSE daemon) work outside the workload's counters: their median
-   CPU time is always shown when it is above zero.
+   CPU time is always shown when it is above zero, and CPU % is read together with it: a
+   slower stack whose CPU % fell while its helper used at least a tenth of the elapsed
+   difference handed work to the helper rather than waiting.
 5. If no counter moved: "no counter explains it".
 """
 
@@ -29,7 +37,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from layerbench.stats import ALPHA, Summary
+from layerbench.stats import Summary
 
 MOVED_RATIO = 1.25
 MOST = 3
@@ -51,20 +59,35 @@ LABELS = {
     "write_bytes": "bytes written to the device",
 }
 COUNTERS = tuple(k for k in LABELS if k != "cpu_pct")
+# The least change of a median that can explain anything, per counter (rule 2).
+MATERIAL = {
+    "cpu_pct": 2.0,
+    "user_s": 0.01,
+    "sys_s": 0.01,
+    "majflt": 10,
+    "minflt": 100,
+    "nvcsw": 10,
+    "nivcsw": 10,
+    "inblock": 2048,  # 512-byte blocks: 1 MiB
+    "oublock": 2048,
+    "read_bytes": 2**20,
+    "write_bytes": 2**20,
+}
 
 WAITING = "waiting, not computing (I/O or locks)"
+HANDED_OVER = "work moved to a helper daemon"
 LESS_CPU = "CPU time fell even more than elapsed"
 BUSIER = "busier CPU (less waiting)"
-CPU_READINGS = (WAITING, LESS_CPU, BUSIER)
+CPU_READINGS = (WAITING, HANDED_OVER, LESS_CPU, BUSIER)
 READINGS_UP = {
     "sys_s": "kernel work",
-    "majflt": "cache misses",
+    "majflt": "pages of programs and mapped files read back in",
     "nvcsw": "round trips to a daemon or device",
     "user_s": "more computing in the workload itself",
 }
 READINGS_DOWN = {
     "sys_s": "less kernel work",
-    "majflt": "fewer cache misses",
+    "majflt": "fewer pages read back in",
     "nvcsw": "fewer round trips to a daemon or device",
     "user_s": "less computing in the workload",
 }
@@ -75,7 +98,7 @@ class Moved:
     metric: str
     base: float
     value: float
-    ratio: float | None  # None when the baseline's median is 0
+    ratio: float | None  # the comparison's estimate; None when the baseline's median is 0
     ci: tuple[float, float] | None
 
     @property
@@ -92,7 +115,7 @@ class Moved:
     def text(self) -> str:
         label = LABELS[self.metric]
         if self.ratio is None:
-            return f"{label} 0 -> {_number(self.value)}"
+            return f"{label} {_number(self.base)} -> {_number(self.value)}"
         if self.value == 0:
             return f"{label} {_number(self.base)} -> 0"
         ci = f" [{_ratio(self.ci[0])}-{_ratio(self.ci[1])}]" if self.ci else ""
@@ -142,15 +165,15 @@ def _number(value: float) -> str:
 def _moved(row: Summary | None, base: Summary | None) -> Moved | None:
     if row is None or base is None or row.median is None or base.median is None:
         return None
-    if row.p_value is None or row.p_value >= ALPHA:
+    if not row.significant or abs(row.median - base.median) < MATERIAL.get(row.metric, 0):
         return None
-    if base.median == 0:
-        return Moved(row.metric, 0.0, row.median, None, None) if row.median > 0 else None
-    ratio = row.median / base.median
-    if 1 / MOVED_RATIO < ratio < MOVED_RATIO:
+    if base.median == 0 or row.ratio is None or not math.isfinite(row.ratio):
+        return Moved(row.metric, base.median, row.median, None, None) if row.median > base.median else None
+    if 1 / MOVED_RATIO < row.ratio < MOVED_RATIO:
         return None
-    ci = (row.ratio_ci_low, row.ratio_ci_high)
-    return Moved(row.metric, base.median, row.median, ratio, ci if None not in ci else None)  # type: ignore[arg-type]
+    low, high = row.ratio_ci_low, row.ratio_ci_high
+    ci = (low, high) if low is not None and high is not None and math.isfinite(high) else None
+    return Moved(row.metric, base.median, row.median, row.ratio, ci)
 
 
 def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) -> Why | None:
@@ -158,16 +181,21 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
     time does not differ significantly."""
     rows = {(s.stack, s.metric): s for s in summaries if s.workload == workload}
     elapsed = rows.get((stack, "wall_s"))
-    if stack == baseline or elapsed is None or elapsed.verdict not in ("slower", "faster"):
+    if stack == baseline or elapsed is None or elapsed.decision not in ("slower", "faster"):
         return None
     result = Why(stack, workload, elapsed)
-    slower = elapsed.verdict == "slower"
+    slower = elapsed.decision == "slower"
+    base_elapsed = rows.get((baseline, "wall_s"))
+    elapsed_change = abs((elapsed.median or 0) - (base_elapsed.median or 0)) if base_elapsed else 0
+    helper = rows.get((stack, "helper_cpu_s"))
+    if helper is not None and helper.median:
+        result.helper_cpu_s = helper.median
     cpu = _moved(rows.get((stack, "cpu_pct")), rows.get((baseline, "cpu_pct")))
     if cpu is not None and cpu.ratio is not None:
         result.cpu = (cpu.base, cpu.value)
-        result.readings.append(BUSIER if cpu.up else WAITING if slower else LESS_CPU)
-    base_elapsed = rows.get((baseline, "wall_s"))
-    elapsed_change = abs((elapsed.median or 0) - (base_elapsed.median or 0)) if base_elapsed else 0
+        helped = (result.helper_cpu_s or 0) >= SMALL_SHARE * elapsed_change > 0
+        reading = BUSIER if cpu.up else (HANDED_OVER if helped else WAITING) if slower else LESS_CPU
+        result.readings.append(reading)
     moved = [
         m
         for metric in COUNTERS
@@ -175,15 +203,11 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
         and not (metric in SECONDS and abs(m.value - m.base) < SMALL_SHARE * elapsed_change)
     ]
     moved.sort(key=lambda m: m.size, reverse=True)
-    result.moved = moved[:MOST]
     # A counter explains the difference only when it moved the same way as the elapsed time.
     explaining = READINGS_UP if slower else READINGS_DOWN
-    for m in moved:
-        if m.up == slower and m.metric in explaining:
-            result.readings.append(explaining[m.metric])
-    helper = rows.get((stack, "helper_cpu_s"))
-    if helper is not None and helper.median:
-        result.helper_cpu_s = helper.median
+    readers = [m for m in moved if m.up == slower and m.metric in explaining]
+    result.moved = moved[:MOST] + [m for m in readers if m not in moved[:MOST]]
+    result.readings += [explaining[m.metric] for m in readers]
     return result
 
 

@@ -55,6 +55,15 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
     hit = [r for r in runs if (r.get("facts") or {}).get("disturbed")]
     if not hit:
         return []
+    measured = [r for r in hit if not r["warmup"]]
+    reruns = [r for r in runs if (r.get("facts") or {}).get("rerun")]
+    # A repetition stayed disturbed when every run of it was.
+    by_rep: dict[tuple[str, str, int], list[bool]] = {}
+    for run in runs:
+        if not run["warmup"] and run.get("status", "ok") == "ok":
+            key = (run["stack"], run["workload"], run["rep"])
+            by_rep.setdefault(key, []).append(bool((run.get("facts") or {}).get("disturbed")))
+    stayed = sum(1 for flags in by_rep.values() if all(flags))
     shown = ", ".join(
         f"{r['stack']}/{r['workload']} rep {r['rep'] + 1}{' (warm-up)' if r['warmup'] else ''}"
         f" {r['facts']['others_cpu_share']:.0%}"
@@ -63,5 +72,7 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
     more = f" and {len(hit) - 8} more" if len(hit) > 8 else ""
     return [
         f"{len(hit)} run(s) disturbed: other work used more than {DISTURBED_SHARE:.0%} of "
-        f"the CPU time while they ran: {shown}{more}"
+        f"the CPU time while they ran: {shown}{more}. Disturbed runs are kept but left out of "
+        f"the statistics; {len(reruns)} re-run(s) were made for {len(measured)} disturbed measured "
+        f"run(s), and {stayed} repetition(s) stayed disturbed"
     ]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from layerbench import footprint, worlds
+from layerbench import footprint, stats, worlds
 from layerbench.errors import UserError
 from layerbench.stacks.base import LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -52,6 +52,10 @@ class _PlanFile(BaseModel):
     baseline: Name | None = None
     order: Literal["interleaved", "sequential"] = "interleaved"
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    alpha: float = Field(default=stats.ALPHA, gt=0, le=0.5)  # per family of comparisons
+    correction: Literal["holm", "bh", "none"] = stats.CORRECTION
+    equivalence: float = Field(default=stats.EQUIVALENCE, ge=0, lt=1)  # a share: within +-5 %
+    rerun_disturbed: int = Field(default=2, ge=0, le=10)  # re-runs of a trial other work disturbed
     stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
     workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
     quick: dict[str, Any] = Field(default_factory=dict)
@@ -71,6 +75,10 @@ class Plan(BaseModel):
     baseline: str
     order: Literal["interleaved", "sequential"]
     seed: int | None
+    alpha: float = stats.ALPHA
+    correction: str = stats.CORRECTION
+    equivalence: float = stats.EQUIVALENCE
+    rerun_disturbed: int = 2
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
     worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
@@ -91,6 +99,10 @@ class Plan(BaseModel):
             "max_reps": self.max_reps,
             "target_ci": self.target_ci,
             "cpus": self.cpus,
+            "alpha": self.alpha,
+            "correction": self.correction,
+            "equivalence": self.equivalence,
+            "rerun_disturbed": self.rerun_disturbed,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
@@ -216,6 +228,10 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         baseline=baseline,
         order=shape.order,
         seed=shape.seed,
+        alpha=shape.alpha,
+        correction=shape.correction,
+        equivalence=shape.equivalence,
+        rerun_disturbed=shape.rerun_disturbed,
         auto_reps=auto_reps,
         max_reps=shape.max_reps,
         target_ci=shape.target_ci,

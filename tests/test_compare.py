@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from layerbench.compare import Side, compare, flatten, host_differences
 
 
@@ -23,15 +25,16 @@ def test_b_twice_as_slow_as_a() -> None:
     b = _side(2, {("disk", "w"): [2.0, 2.2, 1.8, 2.0, 2.1]}, {"kernel": "6.18"})
     result = compare(a, b)
     (row,) = result.rows
-    assert row.ratio == 2.0 and row.ratio_ci_low <= 2.0 <= row.ratio_ci_high
-    assert row.ratio_ci_low > 1.5 and row.verdict == "slower" and row.p_value < 0.05
+    assert row.ratio == pytest.approx(2.0, rel=0.01) and row.ratio_ci_low <= 2.0 <= row.ratio_ci_high
+    assert row.ratio_ci_low > 1.5 and row.verdict == "slower" and row.p_adjusted < 0.05
     assert result.host_differences == [("kernel", "6.1", "6.18")]
 
 
 def test_same_samples_no_difference() -> None:
     walls = {("disk", "w"): [1.0, 1.2, 0.9, 1.1]}
     row = compare(_side(1, walls, {}), _side(2, walls, {})).rows[0]
-    assert row.ratio == 1.0 and row.verdict == "no significant difference"
+    assert row.ratio == pytest.approx(1.0) and not row.significant
+    assert row.verdict.startswith("inconclusive: [") or row.verdict.startswith("equivalent")
 
 
 def test_pairs_only_on_one_side() -> None:

@@ -44,7 +44,8 @@ def test_the_seeds_numbers_read_as_waiting_and_cache_misses() -> None:
     assert "CPU 95.4% -> 58.9%: waiting, not computing (I/O or locks)" in line
     assert "major page faults x305" in line
     assert "voluntary context switches x40.0" in line
-    assert "cache misses" in line and "round trips to a daemon or device" in line
+    assert "pages of programs and mapped files read back in" in line
+    assert "round trips to a daemon or device" in line
     # user time rose 1 %: significant, but not a mover.
     assert "user time" not in line
     assert [m.metric for m in result.moved][:2] == ["majflt", "nvcsw"]

@@ -1,131 +1,224 @@
+"""The statistics: one design per verdict, exact where it can be, intervals that mean
+what they say, and a family of comparisons corrected together."""
+
+import math
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from layerbench import stats
+from layerbench import stats, validity
+from layerbench.reports.base import csh_elapsed
+from layerbench.stats import family, intervals, methods
 
 
-def test_median_ci_brackets_the_median_and_narrows_with_more_data() -> None:
+def _runs(stack: str, values: list[float], workload: str = "w", **extra: object) -> list[dict[str, object]]:
+    return [
+        {"stack": stack, "workload": workload, "rep": i, "warmup": 0, "status": "ok", "wall_s": v, **extra}
+        for i, v in enumerate(values)
+    ]
+
+
+def _row(
+    values: list[float], base: list[float], *, paired: bool = False, metric: str = "wall_s"
+) -> stats.Summary:
+    entry = stats.Entry("s", "w", values, base, *((values, base) if paired else (None, None)))
+    (row,) = stats.compare_family([entry], metric, stats.Design(paired=paired))
+    return row
+
+
+# ---- the property that makes every report consistent ------------------------------------------
+
+positive = st.floats(min_value=0.001, max_value=1000, allow_nan=False, allow_infinity=False)
+counts = st.integers(min_value=0, max_value=5).map(float)
+samples = st.one_of(st.lists(positive, min_size=2, max_size=12), st.lists(counts, min_size=2, max_size=12))
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    family_samples=st.lists(st.tuples(samples, samples), min_size=1, max_size=6),
+    paired=st.booleans(),
+    correction=st.sampled_from(family.CORRECTIONS),
+    alpha=st.sampled_from([0.01, 0.05, 0.1, 0.5]),
+    margin=st.sampled_from([0.0, 0.05, 0.2]),
+)
+def test_significant_exactly_when_the_interval_excludes_1(
+    family_samples: list[tuple[list[float], list[float]]],
+    paired: bool,
+    correction: str,
+    alpha: float,
+    margin: float,
+) -> None:
+    entries = []
+    for i, (a, b) in enumerate(family_samples):
+        n = min(len(a), len(b))
+        pairs = (a[:n], b[:n]) if paired else (None, None)
+        entries.append(stats.Entry(f"s{i}", "w", a, b, *pairs))
+    design = stats.Design(alpha=alpha, correction=correction, equivalence=margin, paired=paired)
+    for row in stats.compare_family(entries, "wall_s", design):
+        if row.ratio_ci_low is None:
+            assert row.decision in ("insufficient data", "no ratio")
+            continue
+        excludes = row.ratio_ci_low > 1 or row.ratio_ci_high < 1
+        assert row.significant == excludes, row
+        assert row.ratio_ci_low <= row.ratio <= row.ratio_ci_high or math.isnan(row.ratio), row
+        if row.significant:
+            assert row.p_adjusted is not None and row.p_adjusted <= alpha + 1e-12, row
+        elif row.method and row.method.endswith("-t"):
+            assert row.p_adjusted is not None and row.p_adjusted >= alpha - 1e-9, row
+        if row.decision == "equivalent":
+            assert 1 - margin <= row.ratio_ci_low and row.ratio_ci_high <= 1 + margin
+
+
+def test_rank_methods_are_exact_and_match_scipy_without_ties() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.lognormal(0, 0.1, 7), rng.lognormal(0.1, 0.1, 6)
+    fit = methods.rank_sum(np.log(a), np.log(b))
+    assert fit.p_value == pytest.approx(scipy_stats.mannwhitneyu(a, b, method="exact").pvalue)
+    d = np.log(a[:6]) - np.log(b)
+    fit = methods.signed_rank(d)
+    assert fit.p_value == pytest.approx(scipy_stats.wilcoxon(d, method="exact").pvalue)
+
+
+def test_ties_never_fall_below_the_exact_floor() -> None:
+    # [2,2,2] vs [1,1,1]: no test with 3 and 3 runs can go below 2 / C(6, 3) = 0.1.
+    row = _row([2.0, 2, 2], [1.0, 1, 1], metric="majflt")
+    assert row.method == "rank-sum" and row.p_value == pytest.approx(0.1)
+    assert row.decision == "undecidable" and row.verdict == "undecidable with 3 repetitions"
+    paired = _row([2.0, 2, 2, 2], [1.0, 1, 1, 1], paired=True, metric="majflt")
+    assert paired.method == "signed-rank" and paired.p_value == pytest.approx(2 / 2**4)
+
+
+def test_a_zero_baseline_leaves_the_interval_open_above() -> None:
+    row = _row([5.0, 5, 5, 5, 5], [0.0, 0, 1, 2, 3], metric="majflt")
+    assert row.method == "rank-sum"
+    assert row.ratio_ci_high == math.inf and row.ratio_ci_low is not None and row.ratio_ci_low > 1
+    assert row.decision == "higher"
+
+
+def test_large_consistent_effects_are_decided_with_3_repetitions() -> None:
+    """The seed's fuse extract: every fuse run 5.27-5.70 s, every dir run 1.36-1.50 s."""
+    row = _row([5.27, 5.70, 5.41], [1.36, 1.50, 1.40], paired=True)
+    assert row.method == "paired-t" and row.decision == "slower"
+    assert 3.7 < row.ratio < 4.0 and row.ratio_ci_low > 3
+
+
+def test_verdicts_name_their_direction() -> None:
+    assert _row([2.0, 2.1, 2.2, 1.9, 2.05], [1.0, 1.05, 0.95, 1.02, 0.98]).decision == "slower"
+    throughput = _row([1.0, 1.05, 0.95, 1.02, 0.98], [2.0, 2.1, 2.2, 1.9, 2.05], metric="throughput")
+    assert throughput.decision == "slower"
+    assert (
+        _row([2.0, 2.1, 2.2, 1.9, 2.05], [1.0, 1.05, 0.95, 1.02, 0.98], metric="minflt").decision == "higher"
+    )
+
+
+def test_equivalent_and_inconclusive() -> None:
     rng = np.random.default_rng(1)
-    small = list(rng.normal(10, 1, 5))
-    large = list(rng.normal(10, 1, 200))
-    s_small = stats.summarize("a", "w", "wall_s", small, None)
-    s_large = stats.summarize("a", "w", "wall_s", large, None)
-    assert s_small.ci_low <= s_small.median <= s_small.ci_high
-    assert (s_large.ci_high - s_large.ci_low) < (s_small.ci_high - s_small.ci_low)
-    assert s_large.ci_low < 10 < s_large.ci_high
+    base = list(rng.lognormal(0, 0.005, 10))
+    same = list(np.array(base) * rng.lognormal(0, 0.005, 10))
+    assert _row(same, base, paired=True).verdict == "equivalent (within ±5%)"
+    wide = _row([1.0, 1.3, 0.8, 1.2], [1.0, 0.9, 1.25, 0.85], paired=True)
+    assert wide.decision == "inconclusive" and wide.verdict.startswith("inconclusive: [")
+    assert "repetitions would decide it" in wide.verdict and wide.reps_to_decide and wide.reps_to_decide > 4
 
 
-def test_known_answers() -> None:
-    row = stats.summarize("a", "w", "wall_s", [1.0, 2.0, 3.0, 4.0, 100.0], None)
-    assert row.median == 3.0
-    assert row.mean == 22.0
-    assert row.stdev == pytest.approx(np.std([1, 2, 3, 4, 100], ddof=1))
-    assert row.cv == pytest.approx(row.stdev / 22.0)
-    assert row.verdict == "baseline" and row.ratio == 1.0
+def test_median_interval_states_the_level_it_has() -> None:
+    assert intervals.median_interval(np.array([3.0, 1, 2]))[2] == pytest.approx(0.75)
+    low, high, level = intervals.median_interval(np.array([5.0, 1, 4, 2, 3]))
+    assert (low, high, level) == (1.0, 5.0, pytest.approx(0.9375))
+    low, high, level = intervals.median_interval(np.arange(1.0, 21))
+    assert level >= 0.95 and 1 < low < 10 < high < 20
 
 
-def test_ratio_p_value_and_verdict_match_scipy() -> None:
-    base = [1.00, 1.02, 0.98, 1.01, 0.99]
-    slow = [2.00, 2.05, 1.95, 2.02, 1.98]
-    row = stats.summarize("fuse", "w", "wall_s", slow, base)
-    assert row.ratio == pytest.approx(2.0 / 1.0)
-    assert 1.9 < row.ratio_ci_low <= row.ratio <= row.ratio_ci_high < 2.1
-    expected = scipy_stats.mannwhitneyu(slow, base, alternative="two-sided").pvalue
-    assert row.p_value == pytest.approx(expected)
-    assert row.p_value < 0.05 and row.verdict == "slower"
+def test_median_interval_coverage_is_at_least_its_level() -> None:
+    rng = np.random.default_rng(11)
+    for n in (3, 5, 8, 12):
+        hits, level = 0, 0.0
+        for _ in range(2000):
+            low, high, level = intervals.median_interval(rng.lognormal(0, 0.1, n))
+            hits += low <= 1 <= high
+        error = math.sqrt(level * (1 - level) / 2000)
+        assert hits / 2000 >= level - 3 * error, (n, hits / 2000, level)
 
 
-def test_throughput_higher_is_faster() -> None:
-    row = stats.summarize("tmpfs", "w", "throughput", [200, 210, 205, 207, 202], [100, 101, 99, 102, 98])
-    assert row.verdict == "faster"
+def test_holm_and_bh_levels() -> None:
+    adjusted = family.adjust([0.001, 0.02, 0.04], 0.05, "holm")
+    assert [a.alpha for a in adjusted] == pytest.approx([0.05 / 3, 0.05 / 2, 0.05])
+    stopped = family.adjust([0.001, 0.04, 0.3], 0.05, "holm")  # 0.04 > 0.05 / 2: it and all after keep 0.025
+    assert [a.alpha for a in stopped] == pytest.approx([0.05 / 3, 0.05 / 2, 0.05 / 2])
+    assert [a.p_adjusted for a in adjusted] == pytest.approx([0.003, 0.04, 0.04])
+    bh = family.adjust([0.001, 0.02, 0.04], 0.05, "bh")
+    assert [a.p_adjusted for a in bh] == pytest.approx([0.003, 0.03, 0.04])
+    assert all(a.alpha == pytest.approx(0.05) for a in bh)  # 3 rejections: level 3 alpha / 3
+    assert [a.alpha for a in family.adjust([0.2, 0.5], 0.05, "none")] == [0.05, 0.05]
 
 
-def test_overlapping_samples_are_not_significant() -> None:
-    rng = np.random.default_rng(7)
-    a = list(rng.normal(1.0, 0.05, 6))
-    b = list(rng.normal(1.0, 0.05, 6))
-    row = stats.summarize("bind", "w", "wall_s", a, b)
-    assert row.verdict == "no significant difference"
-    assert row.ratio_ci_low < 1.0 < row.ratio_ci_high
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
+def test_family_wise_false_alarms_at_n_8_stay_at_alpha(paired: bool) -> None:
+    """Seeded A/A experiments shaped like the default one (9 comparisons, Holm)."""
+    noise = validity.DRIFT if paired else validity.INDEPENDENT
+    tally = validity.calibrate(8, noise, paired=paired, shift=0.0, experiments=600, seed=21)
+    rate, error = validity.Tally.rate(tally.false_alarms, tally.experiments)
+    assert rate <= stats.ALPHA + error, (rate, error)
 
 
-def test_counters_get_higher_lower_not_slower() -> None:
-    row = stats.summarize("x", "w", "majflt", [300, 310, 305, 290, 300], [1, 2, 1, 1, 2])
-    assert row.verdict == "higher"
-
-
-def test_zero_baseline_gives_no_ratio() -> None:
-    row = stats.summarize("x", "w", "majflt", [3, 4, 5, 3, 4], [0, 0, 0, 0, 0])
-    assert row.ratio is None and "baseline is 0" in row.verdict
-
-
-def test_smallest_possible_p_and_the_warning() -> None:
-    assert stats.smallest_possible_p(3, 3) == pytest.approx(0.1)
-    assert stats.smallest_possible_p(5, 5) == pytest.approx(2 / 252)
-    runs = [
-        {"stack": s, "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
-        for s in ("a", "b")
-        for v in (1.0, 1.1, 1.2)
-    ]
-    rows = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"])
-    assert any("no difference can be significant" in w for w in stats.warnings_for(rows, runs, "a"))
-
-
-def test_noisy_samples_warn() -> None:
-    runs = [
-        {"stack": "a", "workload": "w", "status": "ok", "warmup": False, "wall_s": v}
-        for v in (1.0, 1.5, 0.7, 1.2, 0.9)
-    ]
-    rows = stats.summaries(runs, "a", ["a"], ["w"], ["wall_s"])
-    assert any("CV > 5%" in w for w in stats.warnings_for(rows, runs, "a"))
+def test_disturbed_runs_are_left_out() -> None:
+    runs = _runs("a", [1.0, 1.1, 0.9]) + _runs("b", [1.0, 1.05, 0.95])
+    runs.append({**_runs("b", [9.0])[0], "rep": 3, "facts": {"disturbed": True}})
+    (row,) = [r for r in stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"]) if r.stack == "b"]
+    assert row.n == 3 and row.median == 1.0
 
 
 def test_warmups_and_failures_are_not_measured() -> None:
-    runs = [
-        {"stack": "a", "workload": "w", "status": "ok", "warmup": True, "wall_s": 99.0},
-        {"stack": "a", "workload": "w", "status": "failed", "warmup": False, "wall_s": 0.0},
-        {"stack": "a", "workload": "w", "status": "ok", "warmup": False, "wall_s": 1.0},
+    warmup = {"stack": "a", "workload": "w", "rep": 0, "warmup": 1, "status": "ok", "wall_s": 50.0}
+    failed = {"stack": "a", "workload": "w", "rep": 2, "warmup": 0, "status": "failed", "wall_s": 0.0}
+    runs = [*_runs("a", [1.0, 1.1]), warmup, failed]
+    assert [r["wall_s"] for r in stats.measured(runs)[("a", "w")]] == [1.0, 1.1]
+
+
+def test_pairs_use_the_repetitions_both_stacks_have() -> None:
+    runs = _runs("a", [1.0, 1.1, 0.9, 1.05]) + _runs("b", [2.0, 2.2, 1.8])
+    design = stats.Design(paired=True)
+    (row,) = [
+        r for r in stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], design=design) if r.stack == "b"
     ]
-    row = stats.summaries(runs, "a", ["a"], ["w"], ["wall_s"])[0]
-    assert row.n == 1 and row.median == 1.0
+    assert row.paired and row.ratio == pytest.approx(2.0)
+    unpaired = stats.Design(paired=False)
+    (row,) = [
+        r
+        for r in stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], design=unpaired)
+        if r.stack == "b"
+    ]
+    assert not row.paired
 
 
-def _drifting_runs(stack_reps: list[int] | None = None) -> list[dict[str, object]]:
-    # The machine's speed drifts by +-20 % across repetitions; within one repetition both
-    # stacks see the same speed, and b is 5 % slower than a every time.
-    speed = [0.8, 1.2, 0.9, 1.1, 1.0, 0.85, 1.15, 0.95]
-    runs = []
-    for stack, cost in (("a", 10.0), ("b", 10.5)):
-        for rep, factor in enumerate(speed):
-            if stack == "b" and stack_reps is not None and rep not in stack_reps:
-                continue
-            runs.append(
-                {
-                    "stack": stack,
-                    "workload": "w",
-                    "rep": rep,
-                    "status": "ok",
-                    "warmup": False,
-                    "wall_s": cost * factor,
-                }
-            )
-    return runs
+def test_paired_repetitions_keep_shared_drift_out_of_the_interval() -> None:
+    drift = [1.0, 1.5, 0.8, 1.3, 1.1, 0.9]
+    base = [d * 1.0 for d in drift]
+    slower = [d * 1.04 for d in drift]
+    paired, unpaired = _row(slower, base, paired=True), _row(slower, base)
+    assert paired.decision == "slower" and paired.ratio == pytest.approx(1.04)
+    assert unpaired.decision in ("inconclusive", "undecidable")
 
 
-def test_paired_repetitions_keep_shared_drift_out_of_the_ratio_ci() -> None:
-    runs = _drifting_runs()
-    independent = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"])[1]
-    paired = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], paired=True)[1]
-    # The same ratio of medians either way; only its interval differs.
-    assert paired.ratio == independent.ratio == pytest.approx(1.05)
-    assert paired.paired and not independent.paired
-    assert independent.ratio_ci_low < 1 < independent.ratio_ci_high  # type: ignore[operator]
-    assert paired.ratio_ci_low == pytest.approx(1.05) and paired.ratio_ci_high == pytest.approx(1.05)
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.004, "0:00.00"),
+        (59.996, "1:00.00"),
+        (61, "1:01.00"),
+        (3599.996, "1:00:00"),
+        (3600, "1:00:00"),
+        (364.13, "6:04.13"),
+        (3723.4, "1:02:03"),
+    ],
+)
+def test_csh_elapsed(seconds: float, text: str) -> None:
+    assert csh_elapsed(seconds) == text
 
 
-def test_pairs_are_used_only_when_the_repetitions_match() -> None:
-    runs = _drifting_runs(stack_reps=[0, 1, 2, 3, 4, 5, 6])  # b's last repetition failed
-    row = stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"], paired=True)[1]
-    assert not row.paired and row.n == 7
-    assert row.ratio_ci_low < 1 < row.ratio_ci_high  # type: ignore[operator]
+def test_noisy_samples_warn() -> None:
+    rows = stats.summaries(_runs("a", [1.0, 2.0, 1.0, 2.0]), "a", ["a"], ["w"], ["wall_s"])
+    assert any("varies by" in w for w in stats.warnings_for(rows, [], "a"))

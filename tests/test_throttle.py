@@ -20,7 +20,7 @@ IMAGE_ON_TMPFS = '{ kind = "tmpfs", size = "256M" }, { kind = "image", size = "1
 
 
 def _layers(body: str) -> list:
-    text = f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "metadata"\n'
+    text = f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "churn"\ncycles = 1\n'
     return make_layers(parse_plan(text, "test"), "s")
 
 

@@ -6,9 +6,15 @@ from helpers import cli
 from layerbench import validity
 
 
-def test_a_a_experiments_rarely_find_a_difference() -> None:
-    check = validity.aa_simulated(1000)
-    assert check.passed, check.figure
+def test_the_calibration_checks_pass_on_a_small_study() -> None:
+    checks = validity.calibration_checks(300, (8,))
+    assert all(c.passed for c in checks), [c.line() for c in checks if not c.passed]
+    names = [c.name for c in checks]
+    assert any(n.startswith("A/A false alarms (simulated, paired, shared drift") for n in names)
+    assert any(n.startswith("ratio interval coverage (simulated, unpaired") for n in names)
+    assert any("10% slower" in n for n in names) and any(n.startswith('reps = "auto"') for n in names)
+    # Every figure carries its Monte-Carlo error.
+    assert all("±" in c.figure for c in checks)
 
 
 def test_a_ten_percent_difference_is_found_with_the_default_reps() -> None:
@@ -17,8 +23,10 @@ def test_a_ten_percent_difference_is_found_with_the_default_reps() -> None:
 
 
 def test_the_simulation_can_fail() -> None:
-    # With noise far above the step, the same check must report failure, not pass blindly.
-    assert validity.simulated_rate(0.10, 0.30, validity.DEFAULT_REPS, 300) < validity.SENSITIVITY_MIN_POWER
+    """With noise far above the step, power must come out low, not pass blindly."""
+    noisy = validity.Noise("independent noise 30 %", 0.0, 0.30)
+    tally = validity.calibrate(5, noisy, paired=True, shift=0.10, experiments=300)
+    assert tally.found / tally.experiments < validity.SENSITIVITY_MIN_POWER
 
 
 @pytest.mark.e2e
@@ -27,13 +35,13 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]
-    assert names == [
-        "PASS  A/A rate (simulated)",
-        "PASS  sensitivity (simulated)",
+    simulated = [n for n in names if "(simulated" in n]
+    assert len(simulated) == 3 * 3 * 5 + 2, simulated  # 3 n x 3 designs x 5 figures, auto, sensitivity
+    assert names[-4:] == [
         "PASS  A/A plumbing (real)",
         "PASS  known effect",
         "PASS  known effect",
         "PASS  sensitivity (real, 10 % injected)",
     ], done.stdout
     assert "measured 9" in done.stdout or "measured 10" in done.stdout
-    assert "selftest: 6 of 6 checks passed" in done.stdout
+    assert f"selftest: {len(lines)} of {len(lines)} checks passed" in done.stdout

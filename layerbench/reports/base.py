@@ -59,7 +59,7 @@ class ReportData:
         return {stack: value for stack, value in found.items() if value}
 
     def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
-        """Per-counter medians over the measured runs (for the csh `time` line)."""
+        """Per-counter medians over the measured runs (for the table's counter columns)."""
         group = stats.measured(self.runs).get((stack, workload), [])
         keys = (
             "user_s",
@@ -77,6 +77,15 @@ class ReportData:
         )
         return {k: float(np.median([r[k] for r in group])) for k in keys} if group else {}
 
+    def median_run(self, stack: str, workload: str) -> dict[str, Any] | None:
+        """The measured run with the median elapsed time (the lower one of an even count):
+        one real run whose counters belong together, for the csh `time` line."""
+        group = sorted(stats.measured(self.runs).get((stack, workload), []), key=lambda r: r["wall_s"])
+        return group[(len(group) - 1) // 2] if group else None
+
+    def design_note(self) -> str | None:
+        return stats.design_note(self.summaries)
+
 
 def gather(store: Store, experiment_id: int) -> ReportData:
     experiment = store.experiment(experiment_id)
@@ -84,8 +93,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     plan = experiment["plan"]
     stacks = list(plan["stacks"])
     workloads = list(plan["workloads"])
-    interleaved = plan.get("order", "interleaved") == "interleaved"
-    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads, paired=interleaved)
+    design = stats.Design.of_plan(plan)
+    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads, design=design)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
     data = ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
     data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
@@ -115,18 +124,23 @@ def details_table(data: ReportData, workload: str) -> tuple[list[str], list[list
 
 
 def csh_elapsed(seconds: float) -> str:
-    """Elapsed time as csh prints it: 6:04.13, or 1:02:03 past an hour."""
-    if seconds >= 3600:
-        hours, rest = divmod(round(seconds), 3600)
-        return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
-    minutes, secs = divmod(seconds, 60)
-    return f"{int(minutes)}:{secs:05.2f}"
+    """Elapsed time as tcsh prints it: m:ss.dd (6:04.13), or h:mm:ss from an hour on.
+    Rounded first, so 59.996 s is 1:00.00 and 3599.996 s is 1:00:00, never 0:60.00."""
+    hundredths = round(seconds * 100)
+    if hundredths >= 360000:
+        whole = round(seconds)
+        return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+    minutes, rest = divmod(hundredths, 6000)
+    return f"{minutes}:{rest // 100:02d}.{rest % 100:02d}"
 
 
 def csh_time_line(counters: dict[str, float]) -> str:
     """The csh `time` line: 176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w.
 
-    Linux's rusage has no shared/unshared memory sizes, so the k field is 0+max RSS."""
+    The fields of one run: user, system, elapsed, CPU % ((user + system) / elapsed), then
+    memory as `shared+unshared k`: Linux's rusage keeps no averages of those, so it reads
+    0 + the peak resident size in KiB; then block input+output in 512-byte units, major
+    page faults and swaps (0: Linux does not count them)."""
     return (
         f"{counters['user_s']:.3f}u {counters['sys_s']:.3f}s {csh_elapsed(counters['wall_s'])} "
         f"{counters['cpu_pct']:.1f}% 0+{round(counters['maxrss_kb'])}k "
@@ -145,20 +159,42 @@ def fmt_seconds(value: float | None) -> str:
     return f"{value * 1000:.0f}ms"
 
 
+def fmt_level(level: float | None) -> str:
+    if level is None:
+        return "?"
+    text = f"{level * 100:.1f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def _x(value: float) -> str:
+    return "inf" if value == float("inf") else f"{value:.2f}"
+
+
 def fmt_ratio(row: stats.Summary | None) -> str:
+    """The ratio with its interval and the level that interval (and the verdict) has."""
     if row is None or row.ratio is None:
         return "-"
-    if row.verdict == "baseline":
+    if row.decision == "baseline":
         return "1 (baseline)"
     if row.ratio_ci_low is None or row.ratio_ci_high is None:
-        return f"x{row.ratio:.2f}"
-    return f"x{row.ratio:.2f} [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}]"
+        return f"x{_x(row.ratio)}"
+    interval = f"{_x(row.ratio_ci_low)}-{_x(row.ratio_ci_high)}"
+    return f"x{_x(row.ratio)} [{interval}, {fmt_level(row.ratio_ci_level)}]"
 
 
 def fmt_median_ci(row: stats.Summary | None) -> str:
+    """The median with its distribution-free interval; the level when it is not 95 %."""
     if row is None or row.median is None:
         return "-"
-    return f"{fmt_seconds(row.median)} [{fmt_seconds(row.ci_low)}-{fmt_seconds(row.ci_high)}]"
+    level = row.ci_level or 0.0
+    suffix = "" if level >= stats.CONFIDENCE else f", range {fmt_level(level)}" if row.n > 1 else ", 1 run"
+    return f"{fmt_seconds(row.median)} [{fmt_seconds(row.ci_low)}-{fmt_seconds(row.ci_high)}{suffix}]"
+
+
+def fmt_p(row: stats.Summary | None) -> str:
+    if row is None or row.p_adjusted is None:
+        return "-"
+    return f"{row.p_adjusted:.3f}" if row.p_adjusted >= 0.001 else "<0.001"
 
 
 def fmt_throughput(value: float | None, unit: str | None) -> str:
@@ -180,8 +216,9 @@ def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[s
     header = [
         "stack",
         "wall (median) [95% CI]",
-        "ratio [95% CI]",
+        "ratio [CI, level]",
         "verdict",
+        "p adj.",
         "CPU %",
         "faults maj/min",
         "block in+out",
@@ -194,7 +231,7 @@ def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[s
     for stack in data.stacks:
         wall = data.summary(stack, workload, "wall_s")
         if wall is None or wall.n == 0:
-            rows.append([stack, "-", "-", "no successful runs", "-", "-", "-", "-", "-", "0"])
+            rows.append([stack, "-", "-", "no successful runs", "-", "-", "-", "-", "-", "-", "0"])
             continue
         medians = data.medians_of_runs(stack, workload)
         rows.append(
@@ -203,6 +240,7 @@ def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[s
                 fmt_median_ci(wall),
                 fmt_ratio(wall),
                 wall.verdict,
+                fmt_p(wall),
                 f"{medians['cpu_pct']:.1f}",
                 f"{fmt_count(medians['majflt'])}/{fmt_count(medians['minflt'])}",
                 f"{fmt_count(medians['inblock'])}+{fmt_count(medians['oublock'])}",

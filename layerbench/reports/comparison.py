@@ -11,7 +11,7 @@ from rich.table import Table
 from layerbench import stats
 from layerbench.compare import Comparison
 from layerbench.reports import plots
-from layerbench.reports.base import fmt_median_ci, host_lines
+from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
 from layerbench.reports.html import bullet_list, figure, page, table
 
 HEADER = [
@@ -19,19 +19,11 @@ HEADER = [
     "workload",
     "A wall (median) [95% CI]",
     "B wall (median) [95% CI]",
-    "B/A [95% CI]",
-    "p",
+    "B/A [CI, level]",
+    "p adj.",
     "verdict",
     "n A/B",
 ]
-
-
-def fmt_ratio(row: stats.Summary) -> str:
-    if row.ratio is None:
-        return "-"
-    if row.ratio_ci_low is None or row.ratio_ci_high is None:
-        return f"x{row.ratio:.2f}"
-    return f"x{row.ratio:.2f} [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}]"
 
 
 def rows(comparison: Comparison) -> list[list[str]]:
@@ -39,8 +31,8 @@ def rows(comparison: Comparison) -> list[list[str]]:
     result = []
     for row in comparison.rows:
         values_a = [r[row.metric] for r in groups_a.get((row.stack, row.workload), [])]
-        reference = stats.summarize(row.stack, row.workload, row.metric, values_a, None)
-        verdict = {"slower": "B slower", "faster": "B faster"}.get(row.verdict, row.verdict)
+        reference = stats.describe(row.stack, row.workload, row.metric, values_a)
+        verdict = {"slower": "B slower", "faster": "B faster"}.get(row.decision, row.verdict)
         result.append(
             [
                 row.stack,
@@ -48,7 +40,7 @@ def rows(comparison: Comparison) -> list[list[str]]:
                 fmt_median_ci(reference),
                 fmt_median_ci(row),
                 fmt_ratio(row),
-                "-" if row.p_value is None else f"{row.p_value:.3f}",
+                "-" if row.p_adjusted is None else f"{row.p_adjusted:.3f}",
                 verdict,
                 f"{reference.n}/{row.n}",
             ]
@@ -129,7 +121,7 @@ def render_html(comparison: Comparison) -> str:
                 row.ratio,
                 row.ratio_ci_low,
                 row.ratio_ci_high,
-                significant=row.verdict in ("slower", "faster"),
+                significant=row.significant,
             )
         )
     body = [

@@ -65,8 +65,8 @@ def ratio_points(data: ReportData, workload: str) -> list[plots.RatioPoint]:
                 row.ratio,
                 row.ratio_ci_low,
                 row.ratio_ci_high,
-                significant=row.verdict in ("slower", "faster"),
-                is_baseline=row.verdict == "baseline",
+                significant=row.significant,
+                is_baseline=row.decision == "baseline",
             )
         )
     return points
@@ -133,9 +133,9 @@ def render(data: ReportData) -> str:
         "<h2>Hardware/OS</h2>",
         bullet_list(host_lines(experiment["host"])),
         "<h2>Cost of each stack against the baseline</h2>",
-        "<p class='note'>Ratio of median wall times, stack / baseline, with the 95 % bootstrap "
-        "interval; red and starred: significant (Mann-Whitney, alpha 0.05). Left of the dashed "
-        "line is faster.</p>",
+        "<p class='note'>Ratio of wall times, stack / baseline, with its interval at the level "
+        "its verdict was decided at; red and starred: significant after the correction for many "
+        "comparisons. Left of the dashed line is faster. " + html.escape(data.design_note() or "") + "</p>",
         figure(
             plots.ratio_figure(
                 {f"workload {w}": ratio_points(data, w) for w in data.workloads},

@@ -1,4 +1,4 @@
-"""json: everything, for programs. The shape is documented in the README (schema 2)."""
+"""json: everything, for programs. The shape is documented in the README (schema 3)."""
 
 import json
 
@@ -6,7 +6,9 @@ from layerbench.reports.base import ReportData, register
 from layerbench.store import RUN_COLUMNS
 
 # 2: every run carries `samples`, its time series (see the README).
-SCHEMA_VERSION = 2
+# 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
+#    equivalence, ci_level (the median's interval), ratio_ci_level and median_ratio.
+SCHEMA_VERSION = 3
 
 
 @register("json")

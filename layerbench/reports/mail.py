@@ -1,7 +1,15 @@
 """mail: plain text for a mailing list, shaped like the FreeBSD nullfs report:
 Hardware/OS, Config per stack, Test, Numbers in csh `time` format, then the ratios."""
 
-from layerbench.reports.base import ReportData, csh_time_line, details_table, fmt_ratio, host_lines, register
+from layerbench.reports.base import (
+    ReportData,
+    csh_time_line,
+    details_table,
+    fmt_p,
+    fmt_ratio,
+    host_lines,
+    register,
+)
 
 
 @register("mail")
@@ -31,11 +39,11 @@ def render(data: ReportData) -> str:
     lines.append("")
     width = max(len(s) for s in data.stacks) + 1
     for workload in data.workloads:
-        title = f"Numbers, {workload} (median of each counter):"
+        title = f"Numbers, {workload} (the run with the median elapsed time of each stack):"
         lines += [title, "-" * len(title)]
         for stack in data.stacks:
-            medians = data.medians_of_runs(stack, workload)
-            line = csh_time_line(medians) if medians else "no successful runs"
+            run = data.median_run(stack, workload)
+            line = f"{csh_time_line(run)}  (rep {run['rep'] + 1})" if run else "no successful runs"
             lines.append(f"{stack + ':':<{width}} {line}")
         lines.append("")
         details = details_table(data, workload)
@@ -46,13 +54,13 @@ def render(data: ReportData) -> str:
                 lines.append(f"{row[0] + ':':<{width}} {pairs}")
             lines.append("")
         rows = [data.summary(stack, workload, "wall_s") for stack in data.stacks]
-        compared = [row for row in rows if row is not None and row.verdict != "baseline"]
+        compared = [row for row in rows if row is not None and row.decision != "baseline"]
         how = "; repetitions paired" if compared and all(row.paired for row in compared) else ""
-        lines.append(f"Elapsed time against {data.baseline} (ratio of medians, 95 % CI{how}):")
+        lines.append(f"Elapsed time against {data.baseline} (ratio [interval, its level]{how}):")
         for row in compared:
             lines.append(
                 f"{row.stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
-                + (f" (p={row.p_value:.3f})" if row.p_value is not None else "")
+                + (f" (p={fmt_p(row)} adjusted, {row.method})" if row.p_adjusted is not None else "")
             )
         helpers = data.helper_cpu(workload)
         if helpers:
@@ -63,10 +71,13 @@ def render(data: ReportData) -> str:
         if why:
             lines += ["", "Why:", *why]
         lines.append("")
+    if note := data.design_note():
+        lines += [note, ""]
     if data.warnings:
         lines += ["Warnings:", "---------", *data.warnings, ""]
     lines.append(
-        "(csh time fields: user, system, elapsed, CPU, 0+max RSS k, block in+out io, "
-        "major page faults; Linux keeps no shared-memory sizes.)"
+        "(csh time fields, of one run: user, system, elapsed, CPU % = (user + system) / elapsed, "
+        "0+peak RSS k (Linux keeps no shared/unshared memory averages), block in+out io in "
+        "512-byte units, major page faults.)"
     )
     return "\n".join(lines) + "\n"

@@ -39,6 +39,8 @@ def render(data: ReportData) -> str:
     if failed:
         lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]
         lines += [_row([r["stack"], r["workload"], str(r["rep"]), r["error"] or ""]) for r in failed]
+    if note := data.design_note():
+        lines += ["", note]
     if data.warnings:
         lines += ["", "### Warnings", ""] + [f"- {w}" for w in data.warnings]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from layerbench.reports.base import ReportData, details_table, host_lines, register, stack_table
 
-_VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim"}
+_VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim", "equivalent": "cyan"}
 
 
 def build(data: ReportData) -> list[object]:
@@ -25,7 +25,7 @@ def build(data: ReportData) -> list[object]:
         for column in header:
             table.add_column(column, justify="left" if column in ("stack", "verdict") else "right")
         for row in rows:
-            style = _VERDICT_STYLE.get(row[3], "")
+            style = _VERDICT_STYLE.get(row[3].split()[0] if row[3] else "", "")
             table.add_row(*row, style=style)
         parts.append(table)
         parts += [f"[bold]why[/bold] {line}" for line in data.why_lines(workload)]
@@ -46,6 +46,8 @@ def build(data: ReportData) -> list[object]:
             rep = f"{run['rep']}{' (warm-up)' if run['warmup'] else ''}"
             table.add_row(run["stack"], run["workload"], rep, run["error"] or "")
         parts.append(table)
+    if note := data.design_note():
+        parts.append(note)
     parts += [f"[yellow]warning:[/yellow] {w}" for w in data.warnings]
     return parts
 

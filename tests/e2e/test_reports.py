@@ -76,7 +76,7 @@ def document(db: Path) -> dict:
 
 
 def test_json_schema_2_carries_each_runs_samples(document: dict) -> None:
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
     runs = document["runs"]
     assert len(runs) == RUNS
     for run in runs:
@@ -164,7 +164,7 @@ def test_html_is_one_self_contained_page(db: Path, document: dict, tmp_path: Pat
     assert "/dev/loop" in page  # the image stack's mount line
     assert 'kind = "stream-write"' in unescape(page)  # the plan
     significant = [
-        r for r in document["summary"] if r["metric"] == "wall_s" and r["verdict"] in ("slower", "faster")
+        r for r in document["summary"] if r["metric"] == "wall_s" and r["decision"] in ("slower", "faster")
     ]
     # The "why" read-out stands under a workload's table when some stack differs significantly.
     assert ("<ul class='why'>" in page) == bool(significant)
@@ -235,7 +235,7 @@ for (const f of document.querySelectorAll('.figure')) {
 
 def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
     text = cli("compare", "1", "2", "--db", str(db), check=True).stdout
-    assert "B/A [95% CI]" in text and "host differences" in text
+    assert "B/A [CI, level]" in text and "host differences" in text
     document = json.loads(cli("compare", "1", "2", "--db", str(db), "--format", "json", check=True).stdout)
     assert document["a"]["id"] == 1 and document["b"]["id"] == 2
     rows = document["rows"]
@@ -243,7 +243,9 @@ def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
     for row in rows:
         assert row["n"] == 4
         assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
-        assert row["verdict"] in ("slower", "faster", "no significant difference")
+        assert row["decision"] in ("slower", "faster", "equivalent", "inconclusive", "undecidable")
+        excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
+        assert excludes == (row["decision"] in ("slower", "faster")), row
     # One host, one plan: no differences but the ones that change between runs anyway.
     assert not document["plans_differ"]
     assert all(d["key"] != "cpu_model" for d in document["host_differences"])

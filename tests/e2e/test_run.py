@@ -94,7 +94,12 @@ def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> No
             assert row["verdict"] == "baseline"
         else:
             assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
-            assert 0 <= row["p_value"] <= 1
+            assert 0 <= row["p_value"] <= row["p_adjusted"] <= 1
+            assert row["correction"] == "holm" and row["equivalence"] == 0.05 and row["method"]
+            assert 0.95 <= row["ratio_ci_level"] < 1 and row["ci_level"] == 0.875  # 4 runs: the range
+            # No row's verdict disagrees with its interval.
+            excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
+            assert excludes == (row["decision"] in ("slower", "faster")), row
     metrics = {s["metric"] for s in document["summary"]}
     assert {"wall_s", "cpu_pct", "majflt", "minflt", "oublock", "throughput"} <= metrics
     runs = document["runs"]

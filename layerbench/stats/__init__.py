@@ -1,0 +1,357 @@
+"""Statistics: one design from the schedule to the verdict.
+
+For every stack but the baseline, every workload and every metric, the comparison with
+the baseline is one test and the interval that inverts it (see methods.py): paired by
+repetition when the experiment ran interleaved and both stacks have the same repetitions,
+unpaired otherwise. The comparisons of one metric across an experiment are one family,
+corrected together (family.py: Holm by default); each row's interval is drawn at the
+level its decision was made at, so that a row is significant exactly when its interval
+excludes 1. A row that is not significant is "equivalent" when its interval lies within
+the equivalence margin, "inconclusive" when it does not, and "undecidable" when the
+method cannot reach the level at all with so few repetitions. Runs flagged as disturbed
+(other work during the timed run) are left out."""
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from layerbench.stats import family, intervals, methods
+
+ALPHA = 0.05
+CORRECTION = "holm"
+EQUIVALENCE = 0.05
+CONFIDENCE = intervals.CONFIDENCE
+NOISY_CV = 0.05
+MAX_REPS_SUGGESTED = 1000
+
+# metric -> which direction is better ("lower", "higher", None for neither)
+METRICS: dict[str, str | None] = {
+    "wall_s": "lower",
+    "throughput": "higher",
+    "user_s": "lower",
+    "sys_s": "lower",
+    "cpu_pct": None,
+    "maxrss_kb": None,
+    "minflt": None,
+    "majflt": None,
+    "inblock": None,
+    "oublock": None,
+    "nvcsw": None,
+    "nivcsw": None,
+    "read_bytes": None,
+    "write_bytes": None,
+    "helper_cpu_s": "lower",
+}
+HEADLINE_METRIC = "wall_s"
+SIGNIFICANT = ("slower", "faster", "higher", "lower")
+
+
+@dataclass(frozen=True)
+class Design:
+    """How an experiment's comparisons are decided (from its plan)."""
+
+    alpha: float = ALPHA
+    correction: str = CORRECTION
+    equivalence: float = EQUIVALENCE  # a share: 0.05 means within +-5 %
+    paired: bool = False  # interleaved: a stack's and the baseline's runs of one repetition pair up
+
+    @classmethod
+    def of_plan(cls, plan: dict[str, Any]) -> "Design":
+        return cls(
+            alpha=float(plan.get("alpha", ALPHA)),
+            correction=str(plan.get("correction", CORRECTION)),
+            equivalence=float(plan.get("equivalence", EQUIVALENCE)),
+            paired=plan.get("order", "interleaved") == "interleaved",
+        )
+
+
+@dataclass
+class Summary:
+    stack: str
+    workload: str
+    metric: str
+    n: int
+    median: float | None
+    mean: float | None
+    stdev: float | None
+    cv: float | None
+    ci_low: float | None  # of the median: distribution-free, at ci_level
+    ci_high: float | None
+    ci_level: float | None  # the median interval's real coverage (0.9375 for 5 runs: the range)
+    ratio: float | None  # the method's estimate of this stack / the baseline
+    ratio_ci_low: float | None
+    ratio_ci_high: float | None
+    ratio_ci_level: float | None  # the level the decision was made at (after the correction)
+    p_value: float | None
+    p_adjusted: float | None
+    verdict: str  # the decision in words
+    decision: str = (
+        "insufficient data"  # slower faster higher lower equivalent inconclusive undecidable baseline
+    )
+    method: str | None = None  # signed-rank, rank-sum, paired-t, welch-t
+    paired: bool = False
+    correction: str = CORRECTION
+    equivalence: float = EQUIVALENCE
+    alpha: float = ALPHA
+    median_ratio: float | None = None  # ratio of the two medians, for reference
+    reps_to_decide: int | None = None  # inconclusive: about this many repetitions would decide
+
+    @property
+    def significant(self) -> bool:
+        return self.decision in SIGNIFICANT
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measured(
+    runs: list[dict[str, Any]], *, disturbed: bool = False
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Successful, non-warm-up runs grouped by (stack, workload); without disturbed ones
+    unless disturbed=True."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        if run["status"] != "ok" or run["warmup"]:
+            continue
+        if not disturbed and (run.get("facts") or {}).get("disturbed"):
+            continue
+        groups[(run["stack"], run["workload"])].append(run)
+    return groups
+
+
+def describe(stack: str, workload: str, metric: str, values: list[float]) -> Summary:
+    """A sample on its own: median with its interval, mean, spread."""
+    data = np.asarray(values, dtype=float)
+    n = len(data)
+    if n == 0:
+        return Summary(stack, workload, metric, 0, *([None] * 13), "insufficient data")
+    median = float(np.median(data))
+    mean = float(np.mean(data))
+    stdev = float(np.std(data, ddof=1)) if n > 1 else None
+    cv = stdev / mean if stdev is not None and mean else None
+    low, high, level = intervals.median_interval(data)
+    return Summary(
+        stack,
+        workload,
+        metric,
+        n,
+        median,
+        mean,
+        stdev,
+        cv,
+        low,
+        high,
+        level,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "insufficient data",
+    )
+
+
+def _direction(metric: str, log_ratio: float) -> str:
+    better = METRICS.get(metric)
+    if better is None:
+        return "higher" if log_ratio > 0 else "lower"
+    worse = log_ratio > 0 if better == "lower" else log_ratio < 0
+    return "slower" if worse else "faster"
+
+
+def _exp(value: float) -> float:
+    return math.exp(value) if value < 700 else math.inf
+
+
+def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, design: Design) -> None:
+    """Fill in the comparison: the interval at the row's own level, and the verdict."""
+    low, high, level = fit.interval(alpha)
+    row.ratio, row.ratio_ci_low, row.ratio_ci_high = _exp(fit.estimate), _exp(low), _exp(high)
+    row.ratio_ci_level, row.method, row.p_value, row.p_adjusted = level, fit.method, fit.p_value, p_adjusted
+    row.correction, row.equivalence, row.alpha = design.correction, design.equivalence, design.alpha
+    margin = design.equivalence
+    if low > 0 or high < 0:
+        row.decision = _direction(row.metric, fit.estimate)
+        row.verdict = row.decision
+    elif fit.floor > alpha:
+        row.decision = "undecidable"
+        row.verdict = f"undecidable with {row.n} repetitions"
+    elif margin > 0 and 1 - margin <= row.ratio_ci_low and row.ratio_ci_high <= 1 + margin:
+        row.decision = "equivalent"
+        row.verdict = f"equivalent (within ±{margin:.0%})"
+    else:
+        row.decision = "inconclusive"
+        row.reps_to_decide = _reps_to_decide(row.n, fit.estimate, low, high, margin)
+        wider = f"wider than ±{margin:.0%}" if margin > 0 else "includes 1"
+        more = (
+            f"about {row.reps_to_decide} repetitions would decide it"
+            if row.reps_to_decide
+            else "more repetitions needed"
+        )
+        row.verdict = f"inconclusive: [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] is {wider}, {more}"
+
+
+def _reps_to_decide(n: int, estimate: float, low: float, high: float, margin: float) -> int | None:
+    """Half-widths shrink as 1/sqrt(n): the n at which the interval would clear 1 or fit in
+    the margin, whichever comes first. None when unbounded."""
+    half = (high - low) / 2
+    if not math.isfinite(half) or half <= 0:
+        return None
+    room = max(abs(estimate), math.log1p(margin) - abs(estimate) if margin > 0 else 0.0)
+    if room <= 0:
+        return MAX_REPS_SUGGESTED
+    return min(MAX_REPS_SUGGESTED, max(n + 1, math.ceil(n * (half / room) ** 2)))
+
+
+def _pairs(
+    runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str
+) -> tuple[list[float], list[float]] | None:
+    """The two samples over the repetitions both have, in repetition order (a repetition
+    one of them lacks, failed or added by an adaptive round for the other, pairs with
+    nothing); None when a repetition appears twice or fewer than two are shared."""
+    own = {r.get("rep"): r[metric] for r in runs if r.get(metric) is not None}
+    base = {r.get("rep"): r[metric] for r in base_runs if r.get(metric) is not None}
+    if None in own or None in base or len(own) != len(runs) or len(base) != len(base_runs):
+        return None
+    reps = sorted(own.keys() & base.keys())
+    if len(reps) < 2:
+        return None
+    return [own[r] for r in reps], [base[r] for r in reps]
+
+
+def summaries(
+    runs: list[dict[str, Any]],
+    baseline: str,
+    stacks: list[str],
+    workloads: list[str],
+    metrics: list[str] | None = None,
+    *,
+    design: Design | None = None,
+    paired: bool | None = None,
+) -> list[Summary]:
+    """Every (stack, workload, metric) row of an experiment, each metric's comparisons
+    corrected as one family."""
+    design = design or Design()
+    if paired is not None:
+        design = Design(design.alpha, design.correction, design.equivalence, paired)
+    groups = measured(runs)
+    rows: list[Summary] = []
+    for metric in metrics or list(METRICS):
+        entries: list[Entry] = []
+        for workload in workloads:
+            base_runs = groups.get((baseline, workload), [])
+            base_values = [r[metric] for r in base_runs if r.get(metric) is not None]
+            for stack in stacks:
+                own_runs = groups.get((stack, workload), [])
+                values = [r[metric] for r in own_runs if r.get(metric) is not None]
+                if stack == baseline:
+                    row = describe(stack, workload, metric, values)
+                    if row.n:
+                        row.ratio, row.decision, row.verdict = 1.0, "baseline", "baseline"
+                    rows.append(row)
+                    continue
+                pairs = _pairs(own_runs, base_runs, metric) if design.paired else None
+                if pairs is not None:
+                    entries.append(Entry(stack, workload, values, base_values, *pairs))
+                else:
+                    entries.append(Entry(stack, workload, values, base_values))
+        rows += compare_family(entries, metric, design)
+    chosen = metrics or list(METRICS)
+    # In the order the reports read them: workload, then stack, then metric.
+    return sorted(
+        rows, key=lambda r: (workloads.index(r.workload), stacks.index(r.stack), chosen.index(r.metric))
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One comparison of a family: a stack's values against the reference's; paired_values
+    and paired_reference, when given, are the two in repetition order over the repetitions
+    both have."""
+
+    stack: str
+    workload: str
+    values: list[float]
+    reference: list[float]
+    paired_values: list[float] | None = None
+    paired_reference: list[float] | None = None
+
+
+def compare_family(entries: list[Entry], metric: str, design: Design) -> list[Summary]:
+    """The rows of one family of comparisons, corrected together (see family.py): paired
+    where an entry has its pairs, unpaired otherwise."""
+    rows: list[Summary] = []
+    pending: list[tuple[Summary, methods.Fit]] = []
+    strictest = design.alpha / max(1, len(entries)) if design.correction != "none" else design.alpha
+    for entry in entries:
+        row = describe(entry.stack, entry.workload, metric, entry.values)
+        rows.append(row)
+        if entry.values and entry.reference and (reference_median := float(np.median(entry.reference))):
+            row.median_ratio = float(np.median(entry.values)) / reference_median
+        row.paired = entry.paired_values is not None
+        a, b = (
+            (entry.paired_values, entry.paired_reference) if row.paired else (entry.values, entry.reference)
+        )
+        fit = methods.fit(
+            np.asarray(a, float), np.asarray(b, float), paired=row.paired, strictest_alpha=strictest
+        )
+        if fit is None:
+            row.decision = row.verdict = (
+                "insufficient data" if min(len(a or []), len(b or [])) < 2 else "no ratio"
+            )
+            continue
+        pending.append((row, fit))
+    levels = family.adjust([fit.p_value for _, fit in pending], design.alpha, design.correction)
+    for (row, fit), level in zip(pending, levels, strict=True):
+        decide(row, fit, level.alpha, level.p_adjusted, design)
+    return rows
+
+
+def compare_samples(
+    entries: list[tuple[str, str, list[float], list[float]]], metric: str, design: Design | None = None
+) -> list[Summary]:
+    """Unpaired comparisons of (stack, workload, values, reference values), one family:
+    two experiments side by side (values B against reference A)."""
+    design = design or Design()
+    unpaired = Design(design.alpha, design.correction, design.equivalence, False)
+    return compare_family([Entry(*entry) for entry in entries], metric, unpaired)
+
+
+def warnings_for(rows: list[Summary], runs: list[dict[str, Any]], baseline: str) -> list[str]:
+    found = []
+    for row in rows:
+        if row.metric == HEADLINE_METRIC and row.cv is not None and row.cv > NOISY_CV:
+            found.append(
+                f"{row.stack}/{row.workload}: wall time varies by {row.cv:.1%} (CV > "
+                f"{NOISY_CV:.0%}); more repetitions or a quieter machine would help"
+            )
+    failed = [r for r in runs if r["status"] == "failed"]
+    if failed:
+        found.append(f"{len(failed)} run(s) failed; see the failed runs below")
+    return found
+
+
+def design_note(rows: list[Summary]) -> str | None:
+    """One line saying how the verdicts were reached, for every report."""
+    compared = [r for r in rows if r.metric == HEADLINE_METRIC and r.method]
+    if not compared:
+        return None
+    used = sorted({r.method for r in compared if r.method})
+    families = len(compared)
+    correction = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}[compared[0].correction]
+    assumption = (
+        " (t methods assume the log times are roughly normal; they decide where a rank test cannot "
+        "with so few repetitions)"
+        if any(m.endswith("-t") for m in used)
+        else ""
+    )
+    return (
+        f"Verdicts: {', '.join(used)} on log ratios{assumption}; {families} elapsed-time comparisons, "
+        f"{correction} correction, alpha {compared[0].alpha:g} per family; each interval is drawn at the "
+        f"level its verdict was decided at; equivalent means the interval lies within "
+        f"±{compared[0].equivalence:.0%}."
+    )

@@ -1,0 +1,37 @@
+"""The median of a sample and its distribution-free confidence interval.
+
+The interval is a pair of order statistics [x_(l), x_(n+1-l)]: it covers the true median
+with probability 1 - 2 P(B <= l - 1), B ~ Binomial(n, 1/2), whatever the distribution. The
+widest such pair is the sample's range, which covers it only 1 - 2 / 2^n of the time: 75 %
+with 3 runs, 93.75 % with 5. Where 95 % cannot be reached, the range is given with the
+level it really has."""
+
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+CONFIDENCE = 0.95
+
+
+def median_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, high, achieved level) of the median of values."""
+    ordered = np.sort(values)
+    n = len(ordered)
+    if n == 1:
+        return float(ordered[0]), float(ordered[0]), 0.0
+    lower, level = order_statistics(n, confidence)
+    return float(ordered[lower - 1]), float(ordered[n - lower]), level
+
+
+@lru_cache(maxsize=1024)
+def order_statistics(n: int, confidence: float) -> tuple[int, float]:
+    """The 1-based rank l of the lower end of [x_(l), x_(n+1-l)], the narrowest pair that
+    reaches confidence (the range when none does), and its real level."""
+    best = 1
+    for lower in range(1, n // 2 + 1):
+        if 1 - 2 * scipy_stats.binom.cdf(lower - 1, n, 0.5) >= confidence:
+            best = lower
+        else:
+            break
+    return best, float(1 - 2 * scipy_stats.binom.cdf(best - 1, n, 0.5))
