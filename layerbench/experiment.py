@@ -135,6 +135,7 @@ class Experiment:
         self._stacks_seen: set[str] = set()
         self._finished: set[int] = set()  # trial indices already stored (when resuming)
         self.world_dirs: dict[str, Path] = {}
+        self._disturbed: dict[tuple[str, str], list[bool]] = {}  # per measured run so far: disturbed?
 
     @classmethod
     def resume(cls, store: Store, scratch: Scratch, experiment_id: int, **permissions: Any) -> "Experiment":
@@ -283,8 +284,14 @@ class Experiment:
     def _rerun_of(self, trial: Trial, row: dict[str, Any]) -> Trial | None:
         """A measured run that other work disturbed is kept (flagged, out of the statistics)
         and its trial runs again, up to rerun_disturbed times."""
-        if trial.warmup or not row.get("disturbed") or trial.rerun >= self.plan.rerun_disturbed:
+        if trial.warmup:
             return None
+        flags = self._disturbed.setdefault((trial.stack, trial.workload), [])
+        flags.append(bool(row.get("disturbed")))
+        if not flags[-1] or trial.rerun >= self.plan.rerun_disturbed:
+            return None
+        if 2 * sum(flags) > len(flags) and len(flags) > 1:
+            return None  # most of this pair's runs are flagged: its own kernel threads, not noise
         index = 1 + max(t.index for t in self.trials)
         return Trial(index, trial.stack, trial.workload, trial.rep, False, trial.rerun + 1)
 

@@ -64,6 +64,10 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
             key = (run["stack"], run["workload"], run["rep"])
             by_rep.setdefault(key, []).append(bool((run.get("facts") or {}).get("disturbed")))
     stayed = sum(1 for flags in by_rep.values() if all(flags))
+    pairs: dict[tuple[str, str], list[bool]] = {}
+    for (stack, workload, _), flags in by_rep.items():
+        pairs.setdefault((stack, workload), []).append(all(flags))
+    whole = [f"{s}/{w}" for (s, w), flags in pairs.items() if 2 * sum(flags) > len(flags)]
     shown = ", ".join(
         f"{r['stack']}/{r['workload']} rep {r['rep'] + 1}{' (warm-up)' if r['warmup'] else ''}"
         f" {r['facts']['others_cpu_share']:.0%}"
@@ -75,4 +79,10 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
         f"the CPU time while they ran: {shown}{more}. Disturbed runs are kept but left out of "
         f"the statistics; {len(reruns)} re-run(s) were made for {len(measured)} disturbed measured "
         f"run(s), and {stayed} repetition(s) stayed disturbed"
+        + (
+            f"; most runs of {', '.join(whole)} were flagged, so they were kept whole (the CPU "
+            "seen as other work is most likely the stack's own kernel threads)"
+            if whole
+            else ""
+        )
     ]

@@ -222,3 +222,13 @@ def test_csh_elapsed(seconds: float, text: str) -> None:
 def test_noisy_samples_warn() -> None:
     rows = stats.summaries(_runs("a", [1.0, 2.0, 1.0, 2.0]), "a", ["a"], ["w"], ["wall_s"])
     assert any("varies by" in w for w in stats.warnings_for(rows, [], "a"))
+
+
+def test_runs_mostly_flagged_disturbed_are_kept() -> None:
+    """A stack whose own kernel threads look like other work (a loop device on a tmpfs)
+    gets most of its runs flagged: they are kept, not all thrown away."""
+    runs = _runs("a", [1.0, 1.1, 0.9]) + _runs("b", [2.0, 2.1, 1.9], facts={"disturbed": True})
+    assert len(stats.measured(runs)[("b", "w")]) == 3
+    runs[-1]["facts"] = {"disturbed": False}
+    runs[-2]["facts"] = {"disturbed": False}
+    assert [r["wall_s"] for r in stats.measured(runs)[("b", "w")]] == [2.1, 1.9]

@@ -41,10 +41,14 @@ def render(data: ReportData) -> str:
     for workload in data.workloads:
         title = f"Numbers, {workload} (the run with the median elapsed time of each stack):"
         lines += [title, "-" * len(title)]
+        chosen = []
         for stack in data.stacks:
             run = data.median_run(stack, workload)
-            line = f"{csh_time_line(run)}  (rep {run['rep'] + 1})" if run else "no successful runs"
-            lines.append(f"{stack + ':':<{width}} {line}")
+            lines.append(f"{stack + ':':<{width}} {csh_time_line(run) if run else 'no successful runs'}")
+            if run:
+                chosen.append(f"{stack} rep {run['rep'] + 1}")
+        if chosen:
+            lines.append(f"(the runs shown: {', '.join(chosen)})")
         lines.append("")
         details = details_table(data, workload)
         if details:

@@ -111,15 +111,28 @@ def measured(
     runs: list[dict[str, Any]], *, disturbed: bool = False
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Successful, non-warm-up runs grouped by (stack, workload); without disturbed ones
-    unless disturbed=True."""
+    unless disturbed=True, or unless most runs of the group are flagged (see mostly_disturbed)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        if run["status"] != "ok" or run["warmup"]:
-            continue
-        if not disturbed and (run.get("facts") or {}).get("disturbed"):
-            continue
-        groups[(run["stack"], run["workload"])].append(run)
-    return groups
+        if run["status"] == "ok" and not run["warmup"]:
+            groups[(run["stack"], run["workload"])].append(run)
+    if disturbed:
+        return groups
+    kept: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for key, group in groups.items():
+        kept[key] = group if mostly_disturbed(group) else [r for r in group if not is_disturbed(r)]
+    return kept
+
+
+def is_disturbed(run: dict[str, Any]) -> bool:
+    return bool((run.get("facts") or {}).get("disturbed"))
+
+
+def mostly_disturbed(group: list[dict[str, Any]]) -> bool:
+    """Most runs of one (stack, workload) flagged disturbed: the CPU that other work seemed
+    to use is then the stack's own kernel threads (loop workers, writeback) doing the run's
+    work, not a disturbance; those runs are all kept."""
+    return 2 * sum(map(is_disturbed, group)) > len(group)
 
 
 def describe(stack: str, workload: str, metric: str, values: list[float]) -> Summary:

@@ -172,8 +172,12 @@ class Build(Workload):
         options: BuildOptions = self.options  # type: ignore[assignment]
         if options.caches == "warm":
             system.run(jail.command(_WARM_UP), timeout=600)
+        # The objects the build writes are made durable inside the timed run, as every
+        # workload's data is: syncfs of the jail's writable tree and the stack's file systems.
+        durable = [str(jail.work), *map(str, stack.durable_paths())]
+        timed = f"{shlex.join(jail.command(self.script()))} && exec sync -f {shlex.join(durable)}"
         return Prepared(
-            argv=jail.command(self.script()),
+            argv=["sh", "-c", timed],
             cwd=jail.root,
             drop_caches=options.caches == "cold",
             facts={
