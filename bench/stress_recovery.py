@@ -71,7 +71,8 @@ class Outcome:
 def _plan(kind: str, workload: str) -> str:
     layer = _LAYER.get(kind, f'{{ kind = "{kind}" }}')
     return (
-        f'name = "stress"\nreps = {TRIALS}\nwarmup = 0\nseed = 1\n[stacks.s]\nlayers = [{layer}]\n'
+        f'name = "stress"\nreps = {TRIALS}\nwarmup = 0\nseed = 1\nrerun_disturbed = 0\n'
+        f"[stacks.s]\nlayers = [{layer}]\n"
         f"[workloads.w]\n{workload}\n"
     )
 

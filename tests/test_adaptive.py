@@ -79,6 +79,7 @@ def _plan(tmp_path: Path, target: float, max_reps: int, decide: str = "") -> Pat
         f"""
 name = "auto"
 reps = "auto"
+rerun_disturbed = 0  # the run counts below are exact
 max_reps = {max_reps}
 target_ci = {target}
 {decide}

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.e2e
 PLAN = """
 name = "recover"
 reps = 2
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
 seed = 3
 [stacks.image]
@@ -188,6 +189,7 @@ def test_double_ctrl_c_still_leaves_nothing(needs_root: None, tmp_path: Path) ->
 FAULTS = """
 name = "faults"
 reps = 2
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
 [stacks.small]
 layers = [{ kind = "tmpfs", size = "16M" }]

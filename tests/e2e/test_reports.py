@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 PLAN = """
 name = "reports"
 reps = 4
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 1
 baseline = "disk"
 seed = 11

@@ -3,8 +3,11 @@
 import csv
 import io
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ pytestmark = pytest.mark.e2e
 PLAN = """
 name = "e2e"
 reps = 4
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 1
 baseline = "disk"
 seed = 7
@@ -197,3 +201,34 @@ def test_data_written_through_fuse_reaches_the_device_within_the_run(tmp_path: P
         assert written[("disk", workload)] > 1_000_000, written
         assert written[("fuse", workload)] > 0.5 * written[("disk", workload)], written
     assert leftovers(scratch) == []
+
+
+def test_disturbed_runs_are_kept_flagged_and_run_again(needs_root: None, tmp_path: Path) -> None:
+    """Two CPU hogs beside the runs: the first disturbed measured run is stored with its
+    flag and its trial runs again; the report says what was re-run."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "hogged"\nreps = 2\nwarmup = 0\nrerun_disturbed = 2\n'
+        '[stacks.ram]\nlayers = [{ kind = "tmpfs", size = "16M" }]\n'
+        '[workloads.nap]\nkind = "command"\nrun = "sleep 0.4"\n'
+    )
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        db = tmp_path / "r.db"
+        scratch = TEST_ROOT / f"hogged-{tmp_path.name}"
+        cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    runs = [r for r in document["runs"] if not r["warmup"]]
+    assert all(r["facts"]["disturbed"] for r in runs), [r["facts"] for r in runs]
+    reruns = [r for r in runs if r["facts"].get("rerun")]
+    assert reruns and len(runs) == 2 + len(reruns), [(r["rep"], r["facts"].get("rerun")) for r in runs]
+    assert all(r["rep"] == 0 for r in reruns)  # the first rep was re-run; then most were flagged
+    note = next(w for w in document["warnings"] if "disturbed" in w)
+    assert f"{len(reruns)} re-run(s)" in note and "kept whole" in note
+    # Every run of the pair was flagged: they are all in the statistics (the CPU was the hogs').
+    (row,) = [s for s in document["summary"] if s["stack"] == "ram" and s["metric"] == "wall_s"]
+    assert row["n"] == len(runs)

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 PLAN = """
 name = "vm-e2e"
 reps = 1
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
 baseline = "native"
 [stacks.native]
@@ -36,6 +37,7 @@ size = "16M"
 SLOW_PLAN = """
 name = "vm-slow"
 reps = 3
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
 [stacks.vm]
 layers = [{ kind = "vm", memory = "512M", disk_size = "256M" }]

@@ -41,6 +41,7 @@ def _plan(tarball: Path, *, reps: int = 4) -> str:
     return f"""
 name = "world-build"
 reps = {reps}
+rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
 seed = 3
 baseline = "base"
