@@ -166,8 +166,8 @@ def fmt_level(level: float | None) -> str:
     return f"{text}%"
 
 
-def _x(value: float) -> str:
-    return "inf" if value == float("inf") else f"{value:.2f}"
+def _x(value: float, digits: int = 2) -> str:
+    return "inf" if value == float("inf") else f"{value:.{digits}f}"
 
 
 def fmt_ratio(row: stats.Summary | None) -> str:
@@ -178,8 +178,11 @@ def fmt_ratio(row: stats.Summary | None) -> str:
         return "1 (baseline)"
     if row.ratio_ci_low is None or row.ratio_ci_high is None:
         return f"x{_x(row.ratio)}"
-    interval = f"{_x(row.ratio_ci_low)}-{_x(row.ratio_ci_high)}"
-    return f"x{_x(row.ratio)} [{interval}, {fmt_level(row.ratio_ci_level)}]"
+    digits = 2
+    while digits < 4 and _x(row.ratio_ci_low, digits) == _x(row.ratio_ci_high, digits):
+        digits += 1  # a narrow interval keeps the digits that tell its ends apart
+    interval = f"{_x(row.ratio_ci_low, digits)}-{_x(row.ratio_ci_high, digits)}"
+    return f"x{_x(row.ratio, digits)} [{interval}, {fmt_level(row.ratio_ci_level)}]"
 
 
 def fmt_median_ci(row: stats.Summary | None) -> str:

@@ -225,12 +225,11 @@ def _pairs(
 ) -> tuple[list[float], list[float]] | None:
     """The two samples over the repetitions both have, in repetition order (a repetition
     one of them lacks, failed or added by an adaptive round for the other, pairs with
-    nothing); None when a repetition appears twice or fewer than two are shared."""
+    nothing; of a repetition run twice, a disturbed run kept with its re-run, the later
+    run counts); None when fewer than two are shared."""
     own = {r.get("rep"): r[metric] for r in runs if r.get(metric) is not None}
     base = {r.get("rep"): r[metric] for r in base_runs if r.get(metric) is not None}
-    if None in own or None in base or len(own) != len(runs) or len(base) != len(base_runs):
-        return None
-    reps = sorted(own.keys() & base.keys())
+    reps = sorted(rep for rep in own.keys() & base.keys() if rep is not None)
     if len(reps) < 2:
         return None
     return [own[r] for r in reps], [base[r] for r in reps]
