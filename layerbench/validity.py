@@ -253,24 +253,22 @@ def calibration_checks(
                     rate <= alpha + 3 * error,
                 )
             )
-            covered, error = Tally.rate(aa.covered, aa.intervals)
-            level = aa.level_sum / aa.intervals if aa.intervals else 0.0
             checks.append(
-                Check(
+                _coverage(
                     f"ratio interval coverage (simulated, {how})",
-                    f"{covered:.2%} ± {error:.2%} of {aa.intervals} intervals hold the true ratio; "
-                    f"their stated level averages {level:.2%} (need coverage >= level - 3 MC errors)",
-                    covered >= level - 3 * error,
+                    "true ratio",
+                    aa.covered,
+                    aa.intervals,
+                    aa.level_sum,
                 )
             )
-            covered, error = Tally.rate(aa.median_covered, aa.medians)
-            level = aa.median_level_sum / aa.medians if aa.medians else 0.0
             checks.append(
-                Check(
+                _coverage(
                     f"median interval coverage (simulated, {how})",
-                    f"{covered:.2%} ± {error:.2%} of {aa.medians} intervals hold the true median; "
-                    f"stated level {level:.2%}",
-                    covered >= level - 3 * error,
+                    "true median",
+                    aa.median_covered,
+                    aa.medians,
+                    aa.median_level_sum,
                 )
             )
             for shift in SHIFTS:
@@ -294,6 +292,18 @@ def calibration_checks(
         )
     )
     return checks
+
+
+def _coverage(name: str, truth: str, covered: int, intervals: int, level_sum: float) -> Check:
+    """Intervals must hold the truth at least as often as their stated level says."""
+    share, error = Tally.rate(covered, intervals)
+    level = level_sum / intervals if intervals else 0.0
+    return Check(
+        name,
+        f"{share:.2%} ± {error:.2%} of {intervals} intervals hold the {truth}; their stated level "
+        f"averages {level:.2%} (need coverage >= level - 3 MC errors)",
+        share >= level - 3 * error,
+    )
 
 
 def sensitivity_simulated(experiments: int) -> Check:

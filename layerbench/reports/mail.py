@@ -64,7 +64,7 @@ def render(data: ReportData) -> str:
         for row in compared:
             lines.append(
                 f"{row.stack + ':':<{width}} {fmt_ratio(row)} {row.verdict}"
-                + (f" (p={fmt_p(row)} adjusted, {row.method})" if row.p_adjusted is not None else "")
+                + (f" (p adj. {fmt_p(row)}, {row.method})" if row.p_adjusted is not None else "")
             )
         helpers = data.helper_cpu(workload)
         if helpers:

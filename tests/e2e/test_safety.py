@@ -215,3 +215,14 @@ def test_an_internal_error_is_one_line_and_a_log_file(needs_root: None, tmp_path
     log = Path(lines[0].rsplit("traceback in ", 1)[1].rstrip(")"))
     assert log.parent == tmp_path and "Traceback" in log.read_text()
     assert leftovers(scratch) == []
+
+
+def test_clean_removes_a_mount_planted_under_trials_and_says_so(needs_root: None, scratch_root: Path) -> None:
+    scratch = Scratch(scratch_root)
+    planted = scratch.root / "trials" / "by-hand"
+    planted.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "by-hand", str(planted)], check=True)
+    done = cli("clean", "--scratch", str(scratch_root), "--db", str(scratch_root / "none.db"))
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert f"unmounted {planted} (not in the journal: tmpfs from by-hand)" in done.stdout
+    assert leftovers(scratch_root) == []
