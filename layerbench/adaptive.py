@@ -43,7 +43,7 @@ def ratio_widths(
     design: stats.Design | None = None,
 ) -> list[Width]:
     widths = []
-    for row in stats.summaries(runs, baseline, stacks, workloads, metrics=["wall_s"], design=design):
+    for row in stats.summaries(runs, baseline, stacks, workloads, ["wall_s"], design=design):
         if row.stack == baseline:
             continue
         half = None

@@ -37,6 +37,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from layerbench import metrics
 from layerbench.stats import Summary
 
 MOVED_RATIO = 1.25
@@ -45,34 +46,10 @@ MOST = 3
 SMALL_SHARE = 0.1
 SECONDS = ("user_s", "sys_s")
 
-LABELS = {
-    "cpu_pct": "CPU",
-    "user_s": "user time",
-    "sys_s": "system time",
-    "majflt": "major page faults",
-    "minflt": "minor page faults",
-    "nvcsw": "voluntary context switches",
-    "nivcsw": "involuntary context switches",
-    "inblock": "block input",
-    "oublock": "block output",
-    "read_bytes": "bytes read from the device",
-    "write_bytes": "bytes written to the device",
-}
+LABELS = metrics.labels()
 COUNTERS = tuple(k for k in LABELS if k != "cpu_pct")
 # The least change of a median that can explain anything, per counter (rule 2).
-MATERIAL = {
-    "cpu_pct": 2.0,
-    "user_s": 0.01,
-    "sys_s": 0.01,
-    "majflt": 10,
-    "minflt": 100,
-    "nvcsw": 10,
-    "nivcsw": 10,
-    "inblock": 2048,  # 512-byte blocks: 1 MiB
-    "oublock": 2048,
-    "read_bytes": 2**20,
-    "write_bytes": 2**20,
-}
+MATERIAL = metrics.material()
 
 WAITING = "waiting, not computing (I/O or locks)"
 HANDED_OVER = "work moved to a helper daemon"

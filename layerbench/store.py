@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from layerbench import metrics
 from layerbench.errors import UserError
 
 SCHEMA_VERSION = 1
@@ -46,11 +47,7 @@ CREATE TABLE IF NOT EXISTS runs (
     error TEXT,
     exit_code INTEGER,
     started TEXT NOT NULL,
-    wall_s REAL, user_s REAL, sys_s REAL, cpu_pct REAL,
-    maxrss_kb INTEGER, minflt INTEGER, majflt INTEGER, inblock INTEGER, oublock INTEGER,
-    nvcsw INTEGER, nivcsw INTEGER,
-    read_bytes INTEGER, write_bytes INTEGER, read_ios INTEGER, write_ios INTEGER,
-    helper_cpu_s REAL,
+    @METRIC_COLUMNS@,
     units REAL, unit TEXT, throughput REAL,
     devices_json TEXT NOT NULL DEFAULT '{}',
     facts_json TEXT NOT NULL DEFAULT '{}'
@@ -71,36 +68,14 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
 """
 
-RUN_COLUMNS = (
-    "trial",
-    "stack",
-    "workload",
-    "rep",
-    "warmup",
-    "status",
-    "error",
-    "exit_code",
-    "started",
-    "wall_s",
-    "user_s",
-    "sys_s",
-    "cpu_pct",
-    "maxrss_kb",
-    "minflt",
-    "majflt",
-    "inblock",
-    "oublock",
-    "nvcsw",
-    "nivcsw",
-    "read_bytes",
-    "write_bytes",
-    "read_ios",
-    "write_ios",
-    "helper_cpu_s",
-    "units",
-    "unit",
-    "throughput",
-)
+_RUN_FIELDS = ("trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started")
+
+
+def run_columns() -> tuple[str, ...]:
+    """The runs table's columns a run row carries, the metrics' from the registry."""
+    return (*_RUN_FIELDS, *metrics.column_names(), "units", "unit", "throughput")
+
+
 SAMPLE_COLUMNS = (
     "t_s",
     "dt_s",
@@ -125,10 +100,29 @@ class Store:
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
+            self.db.executescript(_SCHEMA.replace("@METRIC_COLUMNS@", metrics.column_definitions()))
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._check_version()
+            self._add_missing_metric_columns()
         except sqlite3.DatabaseError as exc:
             raise UserError(f"results database {path}: {exc}") from None
+
+    def _check_version(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        found = int(row[0]) if row else SCHEMA_VERSION
+        if found > SCHEMA_VERSION:
+            raise UserError(
+                f"results database {self.path}: written by a newer layerbench (schema {found}, this one "
+                f"reads up to {SCHEMA_VERSION}); use that version, or another --db"
+            )
+
+    def _add_missing_metric_columns(self) -> None:
+        """A file written before a metric was registered gets its column (empty for old runs)."""
+        present = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+        for name in metrics.column_names():
+            if name not in present:
+                kind = "INTEGER" if metrics.BY_NAME[name].integer else "REAL"
+                self.db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
         self.db.close()
@@ -199,8 +193,8 @@ class Store:
         facts: dict[str, Any],
         samples: list[dict[str, Any]] = (),  # type: ignore[assignment]
     ) -> None:
-        columns = ["experiment_id", *RUN_COLUMNS, "devices_json", "facts_json"]
-        values = [experiment_id, *(run.get(c) for c in RUN_COLUMNS), json.dumps(devices), json.dumps(facts)]
+        columns = ["experiment_id", *run_columns(), "devices_json", "facts_json"]
+        values = [experiment_id, *(run.get(c) for c in run_columns()), json.dumps(devices), json.dumps(facts)]
         marks = ", ".join("?" for _ in columns)
         self.db.execute("BEGIN")  # the run and its samples land together
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from layerbench.errors import UserError
-from layerbench.store import RUN_COLUMNS, Store
+from layerbench.store import Store, run_columns
 
 
 def _experiment(store: Store) -> int:
@@ -29,7 +29,7 @@ def _experiment(store: Store) -> int:
 def test_runs_round_trip(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     ident = _experiment(store)
-    run = dict.fromkeys(RUN_COLUMNS, 1) | {
+    run = dict.fromkeys(run_columns(), 1) | {
         "stack": "a",
         "workload": "w",
         "status": "ok",
@@ -72,11 +72,11 @@ def test_missing_experiment_and_corrupt_file(tmp_path: Path) -> None:
 WRITER = """
 import sys
 from pathlib import Path
-from layerbench.store import RUN_COLUMNS, Store
+from layerbench.store import Store, run_columns
 store = Store(Path(sys.argv[1]))
 ident = store.create_experiment(name="t", plan_source="p", plan_text="x" * 10000, plan={}, seed=1,
     baseline="a", host={}, version="0", warnings=[])
-run = dict.fromkeys(RUN_COLUMNS, 1.5) | {"stack": "a", "workload": "w", "status": "ok", "error": "e" * 500,
+run = dict.fromkeys(run_columns(), 1.5) | {"stack": "a", "workload": "w", "status": "ok", "error": "e" * 500,
     "unit": "bytes", "started": "now", "warmup": 0}
 print("ready", flush=True)
 while True:
@@ -101,3 +101,14 @@ def test_wal_database_survives_kill_9_during_writes(tmp_path: Path, delay: float
     assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert connection.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
+
+
+def test_a_file_from_a_newer_layerbench_is_refused_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    Store(path).close()
+    connection = sqlite3.connect(path)
+    connection.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    connection.commit()
+    connection.close()
+    with pytest.raises(UserError, match=r"written by a newer layerbench \(schema 99"):
+        Store(path)

@@ -8,15 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import adaptive, explain, noise, stats
+from layerbench import adaptive, explain, metrics, noise, stats
 from layerbench.guest import notes as guest_notes
 from layerbench.sizes import format_size
 from layerbench.store import Store
 from layerbench.workloads.base import Workload
 from layerbench.workloads.base import load_kinds as load_workload_kinds
-
-# The headline metrics shown per stack; the JSON and CSV carry every metric.
-HEADLINE = ("wall_s", "throughput", "cpu_pct", "majflt", "minflt", "oublock", "helper_cpu_s")
 
 
 @dataclass
@@ -61,21 +58,12 @@ class ReportData:
     def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
         """Per-counter medians over the measured runs (for the table's counter columns)."""
         group = stats.measured(self.runs).get((stack, workload), [])
-        keys = (
-            "user_s",
-            "sys_s",
-            "wall_s",
-            "cpu_pct",
-            "maxrss_kb",
-            "inblock",
-            "oublock",
-            "majflt",
-            "minflt",
-            "nvcsw",
-            "nivcsw",
-            "helper_cpu_s",
+        keys = metrics.column_names()
+        return (
+            {k: float(np.median([r[k] for r in group if r.get(k) is not None] or [0])) for k in keys}
+            if group
+            else {}
         )
-        return {k: float(np.median([r[k] for r in group])) for k in keys} if group else {}
 
     def median_run(self, stack: str, workload: str) -> dict[str, Any] | None:
         """The measured run with the median elapsed time (the lower one of an even count):

@@ -5,7 +5,7 @@ import csv
 import io
 
 from layerbench.reports.base import ReportData, register
-from layerbench.store import RUN_COLUMNS, SAMPLE_COLUMNS
+from layerbench.store import SAMPLE_COLUMNS, run_columns
 
 SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")
 
@@ -14,9 +14,9 @@ SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")
 def render(data: ReportData) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["experiment", *RUN_COLUMNS])
+    writer.writerow(["experiment", *run_columns()])
     for run in data.runs:
-        writer.writerow([data.experiment["id"], *(run[key] for key in RUN_COLUMNS)])
+        writer.writerow([data.experiment["id"], *(run[key] for key in run_columns())])
     return buffer.getvalue()
 
 

@@ -3,7 +3,7 @@
 import json
 
 from layerbench.reports.base import ReportData, register
-from layerbench.store import RUN_COLUMNS
+from layerbench.store import run_columns
 
 # 2: every run carries `samples`, its time series (see the README).
 # 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
@@ -36,7 +36,7 @@ def render(data: ReportData) -> str:
         "stacks": experiment["stacks"],
         "summary": [row.as_dict() for row in data.summaries],
         "runs": [
-            {key: run[key] for key in RUN_COLUMNS}
+            {key: run[key] for key in run_columns()}
             | {
                 "devices": run["devices"],
                 "facts": run["facts"],

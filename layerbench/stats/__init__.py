@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from layerbench import metrics
 from layerbench.stats import family, intervals, methods
 
 ALPHA = 0.05
@@ -27,24 +28,6 @@ CONFIDENCE = intervals.CONFIDENCE
 NOISY_CV = 0.05
 MAX_REPS_SUGGESTED = 1000
 
-# metric -> which direction is better ("lower", "higher", None for neither)
-METRICS: dict[str, str | None] = {
-    "wall_s": "lower",
-    "throughput": "higher",
-    "user_s": "lower",
-    "sys_s": "lower",
-    "cpu_pct": None,
-    "maxrss_kb": None,
-    "minflt": None,
-    "majflt": None,
-    "inblock": None,
-    "oublock": None,
-    "nvcsw": None,
-    "nivcsw": None,
-    "read_bytes": None,
-    "write_bytes": None,
-    "helper_cpu_s": "lower",
-}
 HEADLINE_METRIC = "wall_s"
 SIGNIFICANT = ("slower", "faster", "higher", "lower")
 
@@ -169,7 +152,7 @@ def describe(stack: str, workload: str, metric: str, values: list[float]) -> Sum
 
 
 def _direction(metric: str, log_ratio: float) -> str:
-    better = METRICS.get(metric)
+    better = metrics.BY_NAME[metric].better if metric in metrics.BY_NAME else None
     if better is None:
         return "higher" if log_ratio > 0 else "lower"
     worse = log_ratio > 0 if better == "lower" else log_ratio < 0
@@ -240,7 +223,7 @@ def summaries(
     baseline: str,
     stacks: list[str],
     workloads: list[str],
-    metrics: list[str] | None = None,
+    names: list[str] | None = None,
     *,
     design: Design | None = None,
     paired: bool | None = None,
@@ -252,7 +235,8 @@ def summaries(
         design = Design(design.alpha, design.correction, design.equivalence, paired)
     groups = measured(runs)
     rows: list[Summary] = []
-    for metric in metrics or list(METRICS):
+    chosen = names or list(metrics.compared())
+    for metric in chosen:
         entries: list[Entry] = []
         for workload in workloads:
             base_runs = groups.get((baseline, workload), [])
@@ -272,7 +256,6 @@ def summaries(
                 else:
                     entries.append(Entry(stack, workload, values, base_values))
         rows += compare_family(entries, metric, design)
-    chosen = metrics or list(METRICS)
     # In the order the reports read them: workload, then stack, then metric.
     return sorted(
         rows, key=lambda r: (workloads.index(r.workload), stacks.index(r.stack), chosen.index(r.metric))

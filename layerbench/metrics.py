@@ -1,0 +1,85 @@
+"""The one registry of what a run measures. Each metric is named once, here: the results
+store's columns, the statistics' comparisons, the why read-out's labels and rules and
+the report's table columns all derive from this list. Adding a counter is one entry here
+plus the code that measures it (which fills the field of the same name in the run's
+counters)."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+Better = Literal["lower", "higher"] | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the column, the JSON key, the summary row's metric
+    label: str  # words for the reports and why lines
+    unit: str
+    integer: bool = False  # stored as INTEGER, else REAL
+    better: Better = None  # which way is better; None: neither (a counter)
+    compared: bool = True  # each stack's runs are compared with the baseline's (a summary row)
+    headline: bool = False  # a column of the report's per-workload table
+    explains: bool = False  # the why read-out may cite it as a counter that moved
+    material: float = 0.0  # the least change of a median that can explain anything (why rule 2)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("wall_s", "elapsed time", "s", better="lower", headline=True),
+    Metric("throughput", "throughput", "units/s", better="higher", headline=True),
+    Metric("user_s", "user time", "s", better="lower", explains=True, material=0.01),
+    Metric("sys_s", "system time", "s", better="lower", explains=True, material=0.01),
+    Metric("cpu_pct", "CPU", "%", headline=True, material=2.0),
+    Metric("maxrss_kb", "peak resident memory", "KiB", integer=True),
+    Metric("minflt", "minor page faults", "faults", integer=True, headline=True, explains=True, material=100),
+    Metric("majflt", "major page faults", "faults", integer=True, headline=True, explains=True, material=10),
+    Metric("inblock", "block input", "512-byte blocks", integer=True, explains=True, material=2048),
+    Metric(
+        "oublock",
+        "block output",
+        "512-byte blocks",
+        integer=True,
+        headline=True,
+        explains=True,
+        material=2048,
+    ),
+    Metric("nvcsw", "voluntary context switches", "switches", integer=True, explains=True, material=10),
+    Metric("nivcsw", "involuntary context switches", "switches", integer=True, explains=True, material=10),
+    Metric("read_bytes", "bytes read from the device", "bytes", integer=True, explains=True, material=2**20),
+    Metric(
+        "write_bytes", "bytes written to the device", "bytes", integer=True, explains=True, material=2**20
+    ),
+    Metric("read_ios", "read requests to the device", "ios", integer=True, compared=False),
+    Metric("write_ios", "write requests to the device", "ios", integer=True, compared=False),
+    Metric("helper_cpu_s", "CPU of helper processes", "s", better="lower", headline=True),
+)
+
+BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
+
+
+def compared() -> dict[str, Better]:
+    """metric -> its better direction, for every metric the statistics compare."""
+    return {m.name: m.better for m in METRICS if m.compared}
+
+
+def column_names() -> tuple[str, ...]:
+    """The runs table's measured columns, in order (throughput is derived, stored after
+    units and unit)."""
+    return tuple(m.name for m in METRICS if m.name != "throughput")
+
+
+def column_definitions() -> str:
+    """SQL column definitions of the measured columns."""
+    return ", ".join(f"{name} {'INTEGER' if BY_NAME[name].integer else 'REAL'}" for name in column_names())
+
+
+def headline() -> tuple[str, ...]:
+    return tuple(m.name for m in METRICS if m.headline)
+
+
+def labels() -> dict[str, str]:
+    """The why read-out's counters (and CPU %) with their labels."""
+    return {m.name: m.label for m in METRICS if m.explains or m.name == "cpu_pct"}
+
+
+def material() -> dict[str, float]:
+    return {m.name: m.material for m in METRICS if m.material}
