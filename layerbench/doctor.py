@@ -70,12 +70,7 @@ def check_root_user() -> Check:
 
 
 def _kernel_has(fs: str) -> bool:
-    if fs in {line.split()[-1] for line in _read("/proc/filesystems").splitlines() if line.strip()}:
-        return True
-    # A module not loaded yet mounts fine: look for it among the kernel's modules.
-    release = os.uname().release
-    modules = _read(f"/lib/modules/{release}/modules.dep") + _read(f"/lib/modules/{release}/modules.builtin")
-    return f"/{fs}.ko" in modules or Path(f"/sys/module/{fs}").is_dir()
+    return procfs.kernel_has_filesystem(fs)
 
 
 def check_kernel_features() -> list[Check]:
@@ -206,18 +201,7 @@ def check_memory(plan: Plan | None) -> Check:
 
 
 def _process_cpu() -> dict[int, tuple[str, float]]:
-    ticks = os.sysconf("SC_CLK_TCK")
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            head, rest = (proc / "stat").read_text().rsplit(")", 1)
-        except (OSError, ValueError):
-            continue
-        fields = rest.split()
-        found[int(proc.name)] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / ticks)
-    return found
+    return {pid: (stat.comm, stat.cpu_s) for pid in procfs.pids() if (stat := procfs.pid_stat(pid))}
 
 
 def check_busy_processes(window_s: float = 0.5) -> Check:

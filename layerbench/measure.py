@@ -13,44 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from layerbench import cgroups, noise, sampling
-
-_SECTOR = 512
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class DiskCounters:
-    read_ios: int = 0
-    read_bytes: int = 0
-    write_ios: int = 0
-    write_bytes: int = 0
-
-
-def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
-    wanted = set(names)
-    found: dict[str, DiskCounters] = {}
-    with open("/proc/diskstats") as handle:
-        for line in handle:
-            fields = line.split()
-            if fields[2] in wanted:
-                found[fields[2]] = DiskCounters(
-                    read_ios=int(fields[3]),
-                    read_bytes=int(fields[5]) * _SECTOR,
-                    write_ios=int(fields[7]),
-                    write_bytes=int(fields[9]) * _SECTOR,
-                )
-    return found
-
-
-def _cpu_seconds(pid: int) -> float:
-    """user + sys of a live process (and its reaped children), 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # utime, stime, cutime, cstime are fields 14-17 of stat(5); here offset by 2.
-    return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS
+from layerbench import cgroups, noise, procfs, sampling
 
 
 def drop_caches() -> None:
@@ -138,8 +101,8 @@ def run_timed(
     os.close(rss_fd)
     spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
     stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
-    disks_before = read_diskstats(list(devices))
-    helpers_before = {pid: _cpu_seconds(pid) for pid in helper_pids}
+    disks_before = procfs.read_diskstats(list(devices))
+    helpers_before = {pid: procfs.cpu_seconds_with_children(pid) for pid in helper_pids}
     quiet_before = noise.snapshot()
     error: str | None = None
     sampler = sampling.Sampler(list(devices)).__enter__()
@@ -189,8 +152,8 @@ def run_timed(
         maxrss_kb = _read_rss(rss_name)
         os.unlink(rss_name)
     child.returncode = os.waitstatus_to_exitcode(status)
-    disks_after = read_diskstats(list(devices))
-    helper_cpu = sum(_cpu_seconds(pid) - before for pid, before in helpers_before.items())
+    disks_after = procfs.read_diskstats(list(devices))
+    helper_cpu = sum(procfs.cpu_seconds_with_children(pid) - before for pid, before in helpers_before.items())
     own_cpu = usage.ru_utime + usage.ru_stime + max(helper_cpu, 0.0)
     quiet = noise.judge(quiet_before, noise.snapshot(), wall, own_cpu)
     exit_code = child.returncode

@@ -129,6 +129,20 @@ def filesystems() -> set[str]:
     return {line.split()[-1] for line in text.splitlines() if line.strip()}
 
 
+def kernel_has_filesystem(fs: str) -> bool:
+    """The kernel can mount fs: registered now, or a module not loaded yet (those mount fine)."""
+    if fs in filesystems():
+        return True
+    release = os.uname().release
+    modules = ""
+    for name in ("modules.dep", "modules.builtin"):
+        try:
+            modules += Path(f"/lib/modules/{release}/{name}").read_text()
+        except OSError:
+            continue
+    return f"/{fs}.ko" in modules or Path(f"/sys/module/{fs}").is_dir()
+
+
 def meminfo() -> dict[str, int]:
     """/proc/meminfo in bytes."""
     found = {}
@@ -146,3 +160,50 @@ def meminfo() -> dict[str, int]:
 
 def available_memory() -> int | None:
     return meminfo().get("MemAvailable")
+
+
+# ---- counters ------------------------------------------------------------------------------
+
+_SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+
+
+@dataclass
+class DiskCounters:
+    read_ios: int = 0
+    read_bytes: int = 0
+    write_ios: int = 0
+    write_bytes: int = 0
+
+
+def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
+    """Cumulative I/O counters of the named block devices (vda, loop3 ...)."""
+    wanted = set(names)
+    found: dict[str, DiskCounters] = {}
+    with open("/proc/diskstats") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[2] in wanted:
+                found[fields[2]] = DiskCounters(
+                    read_ios=int(fields[3]),
+                    read_bytes=int(fields[5]) * _SECTOR,
+                    write_ios=int(fields[7]),
+                    write_bytes=int(fields[9]) * _SECTOR,
+                )
+    return found
+
+
+def read_cpu() -> tuple[int, int, int]:
+    """(total, idle, iowait) jiffies of all CPUs from the first line of /proc/stat."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:9]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    return sum(fields), fields[3], fields[4]
+
+
+def cpu_seconds_with_children(pid: int) -> float:
+    """user + sys of a live process and its reaped children (stat fields 14-17), 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS

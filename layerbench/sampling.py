@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from layerbench import measure
+from layerbench import procfs
 
 INTERVAL_S = 0.1
 
@@ -51,12 +51,7 @@ class SamplerCost:
         return asdict(self) | {"cpu_pct": self.cpu_pct}
 
 
-def read_cpu() -> tuple[int, int, int]:
-    """(total, idle, iowait) jiffies of all CPUs from the first line of /proc/stat."""
-    with open("/proc/stat") as handle:
-        fields = [int(v) for v in handle.readline().split()[1:9]]
-    # user nice system idle iowait irq softirq steal (guest time is inside user already)
-    return sum(fields), fields[3], fields[4]
+read_cpu = procfs.read_cpu
 
 
 @dataclass
@@ -83,7 +78,7 @@ class Sampler:
         self._thread.join()
 
     def _read(self) -> tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]]:
-        disks = measure.read_diskstats(self.devices) if self.devices else {}
+        disks = procfs.read_diskstats(self.devices) if self.devices else {}
         return (
             time.monotonic(),
             {name: (c.read_bytes, c.write_bytes) for name, c in disks.items()},

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerbench import measure, system
+from layerbench import measure, procfs, system
 from layerbench.errors import SetupError
 from layerbench.guest import kernel
 from layerbench.scratch import Scratch
@@ -28,7 +28,6 @@ _READY_SECONDS = 1800.0
 _SHUTDOWN_SECONDS = 15.0
 # The stock kernel reports this once /init runs; a guest that never gets there failed.
 _INIT_MARKER = "layerbench-init: started"
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # The guest sees the host's root read-only over 9p, but these are its own, empty tmpfs.
@@ -139,11 +138,8 @@ def start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def qemu_cpu_seconds(pid: int) -> float:
     """user + sys of the qemu process, all its threads."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    stat = procfs.pid_stat(pid)
+    return stat.cpu_s if stat else 0.0
 
 
 def tail(path: Path, lines: int = 1) -> str:
@@ -283,14 +279,14 @@ class GuestTrial:
             self._wait_for(share / "ready", qemu, _READY_SECONDS, "get ready")
             booted_s = time.monotonic() - boot_started
             cpu_before = qemu_cpu_seconds(pid)
-            disks_before = measure.read_diskstats(host_devices)
+            disks_before = procfs.read_diskstats(host_devices)
             go_at = time.monotonic()
             (share / "go").write_text("go\n")
             limit = (timeout or 24 * 3600.0) + 120
             self._wait_for(share / "result.json", qemu, limit, "finish the run")
             host_wall = time.monotonic() - go_at
             cpu_after = qemu_cpu_seconds(pid)
-            disks_after = measure.read_diskstats(host_devices)
+            disks_after = procfs.read_diskstats(host_devices)
             result = json.loads((share / "result.json").read_text())
             with contextlib.suppress(subprocess.TimeoutExpired):
                 qemu.wait(_SHUTDOWN_SECONDS)

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import layerbench.scratch.resources as resources
 from layerbench import cgroups, failpoints, mounts, procfs
 from layerbench.errors import SetupError, UserError
-from layerbench.scratch import resources
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
 

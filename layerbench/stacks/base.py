@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from layerbench import jail as jails
-from layerbench import mounts, system, worlds
+from layerbench import mounts, procfs, system, worlds
 from layerbench.scratch import Scratch
 
 
@@ -103,8 +103,9 @@ class Layer(ABC):
             for tool in wanted
             if system.tool_path(tool) is None
         ]
-        known = _kernel_filesystems()
-        lacks += [f"kernel file system {fs}" for fs in cls.filesystems if fs not in known]
+        lacks += [
+            f"kernel file system {fs}" for fs in cls.filesystems if not procfs.kernel_has_filesystem(fs)
+        ]
         return lacks
 
     @classmethod
@@ -145,25 +146,6 @@ def load_kinds() -> dict[str, type[Layer]]:
         if info.name != "base":
             importlib.import_module(f"layerbench.stacks.{info.name}")
     return LAYER_KINDS
-
-
-def _kernel_filesystems() -> set[str]:
-    try:
-        text = Path("/proc/filesystems").read_text()
-    except OSError:
-        return set()
-    found = {line.split()[-1] for line in text.splitlines() if line.strip()}
-    # Modules not yet loaded are absent from /proc/filesystems but mount fine.
-    modules = Path("/lib/modules") / _kernel_release() / "kernel" / "fs"
-    if modules.is_dir():
-        found |= {p.name for p in modules.iterdir()}
-    return found
-
-
-def _kernel_release() -> str:
-    import os
-
-    return os.uname().release
 
 
 @dataclass
