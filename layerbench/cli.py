@@ -10,7 +10,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -26,6 +25,8 @@ from rich.table import Table
 from layerbench import __version__, doctor, footprint, namespace, validity
 from layerbench.compare import compare, load_side
 from layerbench.errors import UserError
+from layerbench.executors.base import TrialResult
+from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment, Trial
 from layerbench.plan import load_plan
 from layerbench.reports import base as reports
@@ -199,12 +200,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         store = Store(args.db)
         for ident in store.mark_running_interrupted():
             console.print(f"experiment {ident} was killed; marked interrupted")
-        permissions = {"allowed_devices": frozenset(args.allow_device), "force": args.force}
+        executor = LocalExecutor(scratch, allowed_devices=frozenset(args.allow_device), force=args.force)
         if args.resume is not None:
-            experiment = Experiment.resume(store, scratch, args.resume, **permissions)
+            experiment = Experiment.resume(store, executor, args.resume)
         else:
             assert plan is not None
-            experiment = Experiment(plan, store, scratch, **permissions)
+            experiment = Experiment(plan, store, executor)
         with _interruptible(scratch):
             try:
                 experiment.prepare(warnings)
@@ -246,15 +247,16 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
         task = progress.add_task(experiment.plan.name, total=len(experiment.trials))
         last = ""
 
-        def update(trial: Trial, total: int, row: dict[str, Any] | None) -> None:
+        def update(trial: Trial, total: int, result: TrialResult | None) -> None:
             nonlocal last
             reps = experiment.plan.warmup if trial.warmup else experiment.plan.reps
             what = f"{trial.stack} × {trial.workload} rep {trial.rep + 1}/{reps}"
             what += " (warm-up)" if trial.warmup else ""
-            if row is None:
+            if result is None:
                 progress.update(task, description=f"{what}{last}")
                 return
-            last = f"  last {row['wall_s']:.2f}s" if row["status"] == "ok" else "  last FAILED"
+            ok = result.counters.status == "ok"
+            last = f"  last {result.counters.wall_s:.2f}s" if ok else "  last FAILED"
             progress.update(task, advance=1, total=total, description=f"{what}{last}")
 
         experiment.run(update)
@@ -267,7 +269,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from layerbench.experiment import schedule
 
     trials = schedule(plan, plan.seed or 0)
-    out.print(
+    print(  # one line, never wrapped: scripts read it
         f"{plan.source}: plan {plan.name!r} is valid: {len(plan.stacks)} stacks x "
         f"{len(plan.workloads)} workloads x ({plan.warmup} warm-up + {plan.reps} measured) = "
         f"{len(trials)} trials; baseline {plan.baseline}"

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from layerbench import footprint, procfs, system
 from layerbench.errors import UserError
-from layerbench.experiment import make_layers, make_workloads
+from layerbench.experiment import make_workloads
 from layerbench.plan import Plan
 from layerbench.scratch import Scratch, check_root
 from layerbench.sizes import format_size
+from layerbench.stacks.base import make_layers
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -143,7 +144,7 @@ def check_tools(plan: Plan | None) -> list[Check]:
     needed: set[str] = set()
     if plan is not None:
         for stack in plan.stacks:
-            for layer in make_layers(plan, stack):
+            for layer in make_layers(plan.stacks[stack]):
                 needed |= set(type(layer).tools) | set(type(layer).extra_tools(layer.options))
         for workload in make_workloads(plan).values():
             needed |= set(getattr(type(workload), "tools", ()))

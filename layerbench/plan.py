@@ -202,7 +202,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     plan_worlds = {name: spec.world for name, spec in shape.stacks.items() if spec.world}
     for name, body in workloads.items():
         lacking = [s for s in stacks if s not in plan_worlds]
-        if getattr(workload_kinds[body.kind], "needs_world", False) and lacking:
+        if workload_kinds[body.kind].needs_world and lacking:
             raise UserError(
                 f"{source}: stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
                 'chroot; give every stack a world (world = "host" or a path)'

@@ -9,10 +9,13 @@ import os
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerbench import metrics
 from layerbench.errors import UserError
+
+if TYPE_CHECKING:
+    from layerbench.executors.base import TrialResult
 
 SCHEMA_VERSION = 1
 
@@ -185,7 +188,17 @@ class Store:
                 (json.dumps(warnings), experiment_id),
             )
 
-    def add_run(
+    def add_run(self, experiment_id: int, result: "TrialResult") -> None:
+        """One trial's run with its devices, facts and samples, committed at once."""
+        self.add_run_row(
+            experiment_id,
+            result.row(),
+            result.counters.devices,
+            result.all_facts(),
+            result.counters.samples,
+        )
+
+    def add_run_row(
         self,
         experiment_id: int,
         run: dict[str, Any],
@@ -193,6 +206,7 @@ class Store:
         facts: dict[str, Any],
         samples: list[dict[str, Any]] = (),  # type: ignore[assignment]
     ) -> None:
+        """A run given as a row of the runs table (columns as in run_columns())."""
         columns = ["experiment_id", *run_columns(), "devices_json", "facts_json"]
         values = [experiment_id, *(run.get(c) for c in run_columns()), json.dumps(devices), json.dumps(facts)]
         marks = ", ".join("?" for _ in columns)

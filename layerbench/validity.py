@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from layerbench import namespace, stats
+from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
 from layerbench.reports import base as reports
@@ -335,7 +336,7 @@ def sensitivity_simulated(experiments: int) -> Check:
 
 def run_plan(text: str, scratch: Scratch, store: Store) -> reports.ReportData:
     """One experiment, start to end, as `layerbench run` does it (without the report)."""
-    experiment = Experiment(parse_plan(text, "builtin:selftest"), store, scratch)
+    experiment = Experiment(parse_plan(text, "builtin:selftest"), store, LocalExecutor(scratch))
     experiment.prepare([])
     experiment.run()
     assert experiment.id is not None

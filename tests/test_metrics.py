@@ -95,7 +95,7 @@ def test_a_counter_added_to_the_registry_reaches_store_statistics_and_json(
                 "wall_s": 1.0 + stall,
                 "pressure_io_s": stall * (1 + rep / 100),
             }
-            store.add_run(experiment, run, {}, {}, [])
+            store.add_run_row(experiment, run, {}, {}, [])
     data = reports.gather(store, experiment)
     assert data.runs[0]["pressure_io_s"] == pytest.approx(0.10)
     row = data.summary("b", "w", "pressure_io_s")

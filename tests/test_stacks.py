@@ -7,10 +7,9 @@ import pytest
 
 from layerbench import mounts
 from layerbench.errors import SetupError
-from layerbench.experiment import make_layers
 from layerbench.plan import parse_plan
 from layerbench.scratch import Scratch
-from layerbench.stacks.base import BuildContext, build_stack
+from layerbench.stacks.base import BuildContext, build_stack, make_layers
 
 CASES: dict[str, list[dict[str, Any]]] = {
     "dir": [],
@@ -60,7 +59,7 @@ def _layers(layers: list[dict[str, Any]]) -> list[Any]:
     plan = parse_plan(
         f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "churn"\ncycles = 1\n', "test"
     )
-    return make_layers(plan, "s")
+    return make_layers(plan.stacks["s"])
 
 
 def _toml(value: Any) -> str:

@@ -38,7 +38,7 @@ def test_runs_round_trip(tmp_path: Path) -> None:
         "started": "now",
         "warmup": 0,
     }
-    store.add_run(ident, run, {"vda": {"write_bytes": 5}}, {"fill_bytes": 7})
+    store.add_run_row(ident, run, {"vda": {"write_bytes": 5}}, {"fill_bytes": 7})
     (stored,) = store.runs(ident)
     assert stored["devices"] == {"vda": {"write_bytes": 5}} and stored["facts"] == {"fill_bytes": 7}
     assert stored["warmup"] is False and stored["wall_s"] == 1
@@ -80,7 +80,7 @@ run = dict.fromkeys(run_columns(), 1.5) | {"stack": "a", "workload": "w", "statu
     "unit": "bytes", "started": "now", "warmup": 0}
 print("ready", flush=True)
 while True:
-    store.add_run(ident, run, {"vda": {"write_bytes": 1}}, {"pad": "p" * 2000})
+    store.add_run_row(ident, run, {"vda": {"write_bytes": 1}}, {"pad": "p" * 2000})
 """
 
 

@@ -11,17 +11,16 @@ from helpers import leftovers
 
 from layerbench import cgroups, measure
 from layerbench.errors import SetupError, UserError
-from layerbench.experiment import make_layers
 from layerbench.plan import parse_plan
 from layerbench.scratch import Scratch
-from layerbench.stacks.base import BuildContext, build_stack
+from layerbench.stacks.base import BuildContext, build_stack, make_layers
 
 IMAGE_ON_TMPFS = '{ kind = "tmpfs", size = "256M" }, { kind = "image", size = "160M" }'
 
 
 def _layers(body: str) -> list:
     text = f'name = "t"\n[stacks.s]\nlayers = [{body}]\n[workloads.w]\nkind = "churn"\ncycles = 1\n'
-    return make_layers(parse_plan(text, "test"), "s")
+    return make_layers(parse_plan(text, "test").stacks["s"])
 
 
 @pytest.fixture

@@ -40,8 +40,7 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
         workload.__dict__["archive"] = Archive(
             **{**request["archive"], "path": Path(request["archive"]["path"])}
         )
-    if hasattr(workload, "reference_fs_size"):
-        workload.reference_fs_size = request.get("reference_fs_size")  # type: ignore[attr-defined]
+    workload.reference_fs_size = request.get("reference_fs_size")
     scratch = Scratch(Path(request["scratch"]))
     scratch.lock("layerbench guest agent")
     with scratch.directory("trial") as workdir, contextlib.ExitStack() as resources:

@@ -350,7 +350,7 @@ def run_elsewhere(built: Any, workload: Any, host_devices: list[str]) -> tuple[m
         "first_index": len(built.parts) + 1,
         "workload": {"name": workload.name, "options": workload.options.model_dump(warnings=False)},
         "archive": {**archive.__dict__, "path": str(archive.path)} if archive else None,
-        "reference_fs_size": getattr(workload, "reference_fs_size", None),
+        "reference_fs_size": workload.reference_fs_size,
         "timeout": workload.options.timeout,
     }
     result = built.elsewhere.run(request, host_devices, workload.options.timeout)

@@ -139,6 +139,11 @@ def register(cls: type[Layer]) -> type[Layer]:
     return cls
 
 
+def make_layers(options: list[LayerOptions]) -> list[Layer]:
+    """A stack's layers from the plan's options, bottom (1) to top."""
+    return [LAYER_KINDS[layer.kind](layer, index) for index, layer in enumerate(options, start=1)]
+
+
 def load_kinds() -> dict[str, type[Layer]]:
     """Import every module of this package so each kind registers itself."""
     package = importlib.import_module("layerbench.stacks")

@@ -51,6 +51,10 @@ class Workload(ABC):
     summary: ClassVar[str] = ""
     tools: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[bool] = False  # its timed run writes onto the stack's top (refused on a read-only one)
+    needs_world: ClassVar[bool] = False  # runs in a chroot: every stack of the plan needs a world
+    # The smallest file system any stack of the plan makes: a fractional fill on a stack that
+    # sits on the scratch root's own file system writes this much (set by make_workloads).
+    reference_fs_size: int | None = None
 
     def __init__(self, options: WorkloadOptions, name: str) -> None:
         self.options = options
@@ -108,6 +112,14 @@ WORKLOAD_KINDS: dict[str, type[Workload]] = {}
 def register(cls: type[Workload]) -> type[Workload]:
     WORKLOAD_KINDS[cls.kind] = cls
     return cls
+
+
+def make_workloads(options: dict[str, WorkloadOptions], reference_fs_size: int | None) -> dict[str, Workload]:
+    """The plan's workloads, each told the smallest file system of the plan's stacks."""
+    workloads = {name: WORKLOAD_KINDS[body.kind](body, name) for name, body in options.items()}
+    for workload in workloads.values():
+        workload.reference_fs_size = reference_fs_size
+    return workloads
 
 
 def load_kinds() -> dict[str, type[Workload]]:

@@ -41,10 +41,6 @@ class StreamWrite(Workload):
     tools = ("dd", "sync")
     writes = True
 
-    # Set by the experiment: the smallest file system any stack of the plan makes, so a
-    # fractional fill writes the same bytes on stacks that sit on the host's own fs.
-    reference_fs_size: int | None = None
-
     def fill_bytes(self, stack: BuiltStack) -> int:
         options: StreamWriteOptions = self.options  # type: ignore[assignment]
         if isinstance(options.fill, str):

@@ -1,0 +1,52 @@
+"""FakeExecutor: scripted counters instead of real runs. No root, no mounts, no processes;
+the schedule, the store, the statistics and every report format run as for real."""
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from layerbench import metrics
+from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
+from layerbench.measure import RunCounters
+from layerbench.schedule import Trial
+from layerbench.stacks.base import make_layers
+from layerbench.store import now
+
+Script = Callable[[Trial], dict[str, Any]]
+
+
+class FakeExecutor(Executor):
+    """script(trial) gives the run's metric values (wall_s at least); any other counter of
+    the registry defaults to 0. A value "status": "failed" with an "error" makes a failed
+    run; "units" and "unit" give the work done."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.trials: list[Trial] = []  # what ran, in order
+
+    def host(self) -> dict[str, Any]:
+        return {"hostname": "fake", "cpus": 1, "kernel": "scripted", "disks": [], "scratch_fs": {}}
+
+    def run(self, trial: Trial, setting: Setting) -> TrialResult:
+        self.trials.append(trial)
+        values = dict(self.script(trial))
+        known = {f.name for f in fields(RunCounters)}
+        defaults = {m.name: 0 for m in metrics.METRICS if m.name in known}
+        counters = RunCounters(
+            status=values.pop("status", "ok"),
+            error=values.pop("error", None),
+            exit_code=values.pop("exit_code", 0),
+            **(defaults | {k: v for k, v in values.items() if k in known}),
+        )
+        layers = make_layers(setting.plan.stacks[trial.stack])
+        return TrialResult(
+            trial=trial,
+            started=now(),
+            counters=counters,
+            units=values.get("units"),
+            unit=values.get("unit"),
+            facts={k: v for k, v in values.items() if k not in known and k not in ("units", "unit")},
+            stack=StackRecord(
+                [layer.describe() for layer in layers] or ["dir (scratch root)"], [], [], "fake"
+            ),
+        )

@@ -1,0 +1,138 @@
+"""LocalExecutor: a trial on this host, in its scratch root. Build the stack fresh,
+prepare the workload untimed, drop the caches, time the run, tear everything down. A stack
+whose top layer runs the rest elsewhere (a vm) hands the trial to its guest."""
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from layerbench import failpoints, host, measure, worlds
+from layerbench.errors import SetupError, UserError
+from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
+from layerbench.guest import machine
+from layerbench.plan import Plan
+from layerbench.schedule import Trial
+from layerbench.scratch import Scratch
+from layerbench.stacks.base import LAYER_KINDS, BuildContext, BuiltStack, build_stack, make_layers
+from layerbench.store import now
+from layerbench.workloads.base import Prepared, Workload
+
+
+class LocalExecutor(Executor):
+    def __init__(
+        self, scratch: Scratch, *, allowed_devices: frozenset[str] = frozenset(), force: bool = False
+    ) -> None:
+        self.scratch = scratch
+        self.allowed_devices = allowed_devices
+        self.force = force
+        self.world_dirs: dict[str, Path] = {}
+
+    def host(self) -> dict[str, Any]:
+        return host.describe(self.scratch.root)
+
+    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
+        """Everything the plan needs is installed and allowed, or one line says what to do;
+        then the worlds are assembled and the workloads fetch what they need, untimed."""
+        if os.geteuid() != 0:
+            raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
+        for stack, layers in plan.stacks.items():
+            for options in layers:
+                if lacks := LAYER_KINDS[options.kind].missing(options):
+                    raise UserError(f"stack {stack}: layer {options.kind} needs {lacks[0]}")
+            for layer in make_layers(layers):
+                if refusal := layer.refusal(self.allowed_devices, self.force):
+                    raise UserError(f"stack {stack}: {refusal}")
+        for name, workload in workloads.items():
+            if lacks := workload.missing(workload.options):
+                raise UserError(f"workload {name}: needs {lacks[0]}")
+        self.world_dirs = {stack: worlds.resolve(spec) for stack, spec in plan.worlds.items()}
+        for workload in workloads.values():
+            workload.fetch()
+
+    def run(self, trial: Trial, setting: Setting) -> TrialResult:
+        started = now()
+        with self.scratch.directory("trials", f"e{setting.experiment_id}-t{trial.index}") as workdir:
+            try:
+                return self._run_in(trial, setting, workdir, started)
+            except SetupError as exc:
+                return TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+
+    def _run_in(self, trial: Trial, setting: Setting, workdir: Path, started: str) -> TrialResult:
+        workload = setting.workloads[trial.workload]
+        with contextlib.ExitStack() as resources:
+            ctx = BuildContext(
+                scratch=self.scratch,
+                workdir=workdir,
+                allowed_devices=self.allowed_devices,
+                force=self.force,
+                world=self.world_dirs.get(trial.stack),
+            )
+            layers = make_layers(setting.plan.stacks[trial.stack])
+            built = resources.enter_context(build_stack(ctx, layers))
+            failpoints.reached("stack-built")
+            devices = built.devices()
+            record = self._record(trial.stack, layers, built, devices)
+            if built.elsewhere is not None:  # a vm layer: the rest runs in the guest
+                counters, prepared = machine.run_elsewhere(built, workload, devices)
+            else:
+                prepared = workload.prepare(ctx, built, resources)
+                counters = self._timed(trial, setting, prepared, built, devices, workdir, resources)
+                prepared.collect()
+            failpoints.reached("run-finished")
+        return TrialResult(
+            trial, started, counters, prepared.units, prepared.unit, dict(prepared.facts), record
+        )
+
+    def _timed(
+        self,
+        trial: Trial,
+        setting: Setting,
+        prepared: Prepared,
+        built: BuiltStack,
+        devices: list[str],
+        workdir: Path,
+        resources: contextlib.ExitStack,
+    ) -> measure.RunCounters:
+        if prepared.drop_caches:
+            measure.drop_caches()
+        else:
+            os.sync()
+        return measure.run_timed(
+            prepared.argv,
+            cwd=prepared.cwd,
+            env=prepared.env,
+            timeout=setting.workloads[trial.workload].options.timeout,
+            devices=devices,
+            helper_pids=built.helper_pids,
+            stderr_path=workdir / "stderr",
+            on_start=resources.enter_context(self._journaled_child(trial)),
+            cgroups=built.cgroup_procs,
+            cpus=setting.plan.cpus,
+        )
+
+    def _record(self, stack: str, layers: list[Any], built: BuiltStack, devices: list[str]) -> StackRecord:
+        return StackRecord(
+            layers=[layer.describe() for layer in layers] or ["dir (scratch root)"],
+            mount_lines=built.mount_lines,
+            devices=devices,
+            top=str(Path(built.top).relative_to(self.scratch.root)),
+            world=str(self.world_dirs[stack]) if stack in self.world_dirs else None,
+        )
+
+    @contextlib.contextmanager
+    def _journaled_child(self, trial: Trial) -> Iterator[Callable[[int], None]]:
+        """The timed child's process group goes into the journal, so that after a SIGKILL
+        of layerbench `clean` can stop it (it would keep the stack's mounts busy)."""
+        idents: list[int] = []
+
+        def started(pid: int) -> None:
+            idents.append(self.scratch.journal.add("group", f"run of trial {trial.index}", pgid=pid))
+            failpoints.reached("run-started")
+
+        try:
+            yield started
+        finally:
+            for ident in idents:
+                self.scratch.journal.done(ident)
