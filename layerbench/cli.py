@@ -178,22 +178,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
     warnings: list[str] = []
-    if not args.no_namespace:
-        reason = namespace.enter_private_mount_namespace()
-        if reason:
-            warnings.append(f"mounts are in the host's namespace: {reason}")
+    if not args.no_namespace and (reason := namespace.enter_private_mount_namespace()):
+        warnings.append(f"mounts are in the host's namespace: {reason}")
     # Stored with the experiment; printed once the input is known good (bad input: one line).
     noise = doctor.warnings_before_run(args.scratch, plan)
-    warnings += noise
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench run")
     try:
-        recovery = scratch.clean()
-        for line in recovery.removed:
-            console.print(f"recovered from an earlier run: {line}")
-        if recovery.problems:
-            for line in recovery.problems:
-                print(f"layerbench: cannot remove what an earlier run left: {line}", file=sys.stderr)
+        if not _recovered(scratch):
             return 1
         if args.resume is not None and not args.db.exists():
             raise UserError(f"{args.db}: no results database to resume from")
@@ -206,21 +198,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             assert plan is not None
             experiment = Experiment(plan, store, executor)
-        with _interruptible(scratch):
-            try:
-                experiment.prepare(warnings)
-                for line in noise:
-                    console.print(f"[yellow]{line}[/yellow]")
-                scratch.describe_holder(
-                    f"layerbench run {experiment.plan.source}, experiment {experiment.id}"
-                )
-                _run_with_progress(experiment, quiet=args.quiet)
-            except KeyboardInterrupt:
-                console.print(
-                    f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
-                    "its finished runs; everything built was torn down"
-                )
-                return 130
+        if not _run_interruptibly(experiment, scratch, warnings + noise, noise, quiet=args.quiet):
+            return 130
         if not args.quiet:
             for part in text_report.build(reports.gather(store, experiment.id)):  # type: ignore[arg-type]
                 out.print(part)
@@ -229,6 +208,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         scratch.tidy()
         scratch.unlock()
+
+
+def _recovered(scratch: Scratch) -> bool:
+    """Clean what an earlier run left; False (with one line each) if something stays."""
+    recovery = scratch.clean()
+    for line in recovery.removed:
+        console.print(f"recovered from an earlier run: {line}")
+    for line in recovery.problems:
+        print(f"layerbench: cannot remove what an earlier run left: {line}", file=sys.stderr)
+    return not recovery.problems
+
+
+def _run_interruptibly(
+    experiment: Experiment, scratch: Scratch, warnings: list[str], noise: list[str], *, quiet: bool
+) -> bool:
+    """The experiment to its end; False if a signal stopped it (everything torn down)."""
+    with _interruptible(scratch):
+        try:
+            experiment.prepare(warnings)
+            for line in noise:
+                console.print(f"[yellow]{line}[/yellow]")
+            scratch.describe_holder(f"layerbench run {experiment.plan.source}, experiment {experiment.id}")
+            _run_with_progress(experiment, quiet=quiet)
+        except KeyboardInterrupt:
+            console.print(
+                f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
+                "its finished runs; everything built was torn down"
+            )
+            return False
+    return True
 
 
 def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:

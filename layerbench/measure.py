@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from layerbench import cgroups, noise, procfs, sampling
 
@@ -97,33 +98,62 @@ def run_timed(
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
         return failed(f"cannot start {argv[0]}: no such program")
-    rss_fd, rss_name = tempfile.mkstemp(prefix="layerbench-rss-")
-    os.close(rss_fd)
-    spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
-    stderr_target = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
-    disks_before = procfs.read_diskstats(list(devices))
-    helpers_before = {pid: procfs.cpu_seconds_with_children(pid) for pid in helper_pids}
-    quiet_before = noise.snapshot()
-    error: str | None = None
-    sampler = sampling.Sampler(list(devices)).__enter__()
-    start = time.monotonic()
+    with _rss_file() as rss_name, _stderr_to(stderr_path) as stderr_target:
+        spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
+        before = _Before.take(devices, helper_pids)
+        with sampling.Sampler(list(devices)) as sampler:
+            start = time.monotonic()
+            try:
+                with _confined(list(cgroups), cpus):
+                    child = subprocess.Popen(
+                        spawn,
+                        cwd=cwd,
+                        env=full_env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=stderr_target,
+                        process_group=0,
+                    )
+            except OSError as exc:
+                return failed(f"cannot start {argv[0]}: {exc.strerror}")
+            try:
+                error, status, usage = _wait(child, timeout, on_start)
+                wall = time.monotonic() - start
+            finally:
+                # Grandchildren that outlived the child are not ours to keep.
+                _kill_tree(child.pid)
+        maxrss_kb = _read_rss(rss_name)
+    exit_code = os.waitstatus_to_exitcode(status)
+    if error is None and exit_code != 0:
+        error = _describe_exit(exit_code, stderr_path)
+    return _counters(before, devices, usage, wall, maxrss_kb, exit_code, error, sampler, cpus)
+
+
+@contextlib.contextmanager
+def _rss_file() -> Iterator[str]:
+    """Where GNU time writes the child's peak RSS."""
+    fd, name = tempfile.mkstemp(prefix="layerbench-rss-")
+    os.close(fd)
     try:
-        with _confined(list(cgroups), cpus):
-            child = subprocess.Popen(
-                spawn,
-                cwd=cwd,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr_target,
-                process_group=0,
-            )
-    except OSError as exc:
-        sampler.__exit__()
-        if stderr_path:
-            stderr_target.close()  # type: ignore[union-attr]
-        os.unlink(rss_name)
-        return failed(f"cannot start {argv[0]}: {exc.strerror}")
+        yield name
+    finally:
+        os.unlink(name)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path | None) -> Iterator[Any]:
+    if path is None:
+        yield subprocess.DEVNULL
+        return
+    with open(path, "wb") as handle:
+        yield handle
+
+
+def _wait(
+    child: subprocess.Popen[bytes], timeout: float | None, on_start: Callable[[int], None] | None
+) -> tuple[str | None, int, Any]:
+    """Wait for the child (killing its group at the timeout); (error, wait status, rusage)."""
+    error = None
     try:
         if on_start is not None:
             on_start(child.pid)
@@ -137,39 +167,52 @@ def run_timed(
         finally:
             os.close(pidfd)
         _, status, usage = os.wait4(child.pid, 0)
-        wall = time.monotonic() - start
     except BaseException:
         _kill_tree(child.pid)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(child.pid, 0)
         raise
-    finally:
-        sampler.__exit__()
-        if stderr_path:
-            stderr_target.close()  # type: ignore[union-attr]
-        # Grandchildren that outlived the child are not ours to keep.
-        _kill_tree(child.pid)
-        maxrss_kb = _read_rss(rss_name)
-        os.unlink(rss_name)
     child.returncode = os.waitstatus_to_exitcode(status)
+    return error, status, usage
+
+
+@dataclass
+class _Before:
+    """The counters read right before the child starts."""
+
+    disks: dict[str, procfs.DiskCounters]
+    helpers: dict[int, float]
+    quiet: noise.Snapshot
+
+    @classmethod
+    def take(cls, devices: list[str], helper_pids: list[int]) -> "_Before":
+        return cls(
+            procfs.read_diskstats(list(devices)),
+            {pid: procfs.cpu_seconds_with_children(pid) for pid in helper_pids},
+            noise.snapshot(),
+        )
+
+
+def _counters(
+    before: _Before,
+    devices: list[str],
+    usage: Any,
+    wall: float,
+    maxrss_kb: int | None,
+    exit_code: int,
+    error: str | None,
+    sampler: sampling.Sampler,
+    cpus: list[int] | None,
+) -> RunCounters:
     disks_after = procfs.read_diskstats(list(devices))
-    helper_cpu = sum(procfs.cpu_seconds_with_children(pid) - before for pid, before in helpers_before.items())
-    own_cpu = usage.ru_utime + usage.ru_stime + max(helper_cpu, 0.0)
-    quiet = noise.judge(quiet_before, noise.snapshot(), wall, own_cpu)
-    exit_code = child.returncode
-    if error is None and exit_code != 0:
-        error = _describe_exit(exit_code, stderr_path)
-    per_device = {
-        name: {
-            key: getattr(disks_after[name], key) - getattr(disks_before[name], key)
-            for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
-        }
-        for name in disks_before
-        if name in disks_after
-    }
+    helper_cpu = max(
+        sum(procfs.cpu_seconds_with_children(pid) - cpu for pid, cpu in before.helpers.items()), 0.0
+    )
+    cpu = usage.ru_utime + usage.ru_stime
+    quiet = noise.judge(before.quiet, noise.snapshot(), wall, cpu + helper_cpu)
+    per_device = procfs.disk_deltas(before.disks, disks_after)
     # Devices are stacked (loop on vda): totals come from the top device alone.
     top = per_device.get(devices[0], {}) if devices else {}
-    cpu = usage.ru_utime + usage.ru_stime
     return RunCounters(
         status="ok" if error is None else "failed",
         error=error,
@@ -189,7 +232,7 @@ def run_timed(
         write_bytes=top.get("write_bytes", 0),
         read_ios=top.get("read_ios", 0),
         write_ios=top.get("write_ios", 0),
-        helper_cpu_s=max(helper_cpu, 0.0),
+        helper_cpu_s=helper_cpu,
         devices=per_device,
         samples=[sample.as_row() for sample in sampler.samples],
         sampler=sampler.cost.as_dict() if sampler.cost else {},

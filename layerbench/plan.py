@@ -168,69 +168,29 @@ def _check_kind(raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what
 def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None = None) -> Plan:
     """Check a plan; raise UserError with one line naming source and key."""
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{source}: not valid TOML: {exc}") from None
-    try:
-        shape = _PlanFile.model_validate(raw)
-        has_quick_table = bool(shape.quick)
-        if quick and has_quick_table:
-            merged = _deep_merge({k: v for k, v in raw.items() if k != "quick"}, shape.quick)
-            shape = _PlanFile.model_validate(merged)
-    except ValidationError as exc:
-        raise UserError(f"{source}: {_explain(exc, _PlanFile, ())}") from None
-    layer_kinds = load_layer_kinds()
-    workload_kinds = load_workload_kinds()
-    try:
-        stacks = {
-            name: [
-                _check_kind(layer, layer_kinds, ("stacks", name, "layers", i), "layer")
-                for i, layer in enumerate(spec.layers)
-            ]
-            for name, spec in shape.stacks.items()
-        }
-        workloads = {
-            name: _check_kind(body, workload_kinds, ("workloads", name), "workload")
-            for name, body in shape.workloads.items()
-        }
+        shape, has_quick_table = _shape(text, quick)
+        stacks, workloads = _kinds(shape)
+        baseline = shape.baseline or next(iter(shape.stacks))
+        if baseline not in stacks:
+            raise ValueError(f"baseline: {baseline!r} names no stack; stacks: {', '.join(stacks)}")
+        plan_worlds = _worlds(shape, workloads)
+        if refusal := footprint.plan_refusal(stacks, workloads):
+            raise ValueError(refusal)
+        if shape.cpus and any(cpu not in (usable := sorted(os.sched_getaffinity(0))) for cpu in shape.cpus):
+            raise ValueError(f"cpus: {shape.cpus} names a CPU this host lacks; usable: {usable}")
     except ValueError as exc:
         raise UserError(f"{source}: {exc}") from None
-    baseline = shape.baseline or next(iter(shape.stacks))
-    if baseline not in stacks:
-        valid = ", ".join(stacks)
-        raise UserError(f"{source}: baseline: {baseline!r} names no stack; stacks: {valid}")
-    plan_worlds = {name: spec.world for name, spec in shape.stacks.items() if spec.world}
-    for name, body in workloads.items():
-        lacking = [s for s in stacks if s not in plan_worlds]
-        if workload_kinds[body.kind].needs_world and lacking:
-            raise UserError(
-                f"{source}: stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
-                'chroot; give every stack a world (world = "host" or a path)'
-            )
-    refusal = footprint.plan_refusal(stacks, workloads)
-    if refusal:
-        raise UserError(f"{source}: {refusal}")
     auto_reps = shape.reps == "auto" and reps is None
     run_reps = (
         reps if reps is not None else (min(AUTO_FIRST_REPS, shape.max_reps) if auto_reps else shape.reps)
     )
     if quick and not has_quick_table:
         run_reps = min(run_reps, 5)
-    if shape.cpus:
-        usable = sorted(os.sched_getaffinity(0))
-        if any(cpu not in usable for cpu in shape.cpus):
-            raise UserError(f"{source}: cpus: {shape.cpus} names a CPU this host lacks; usable: {usable}")
+    keys = ("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence")
     return Plan(
-        name=shape.name,
-        description=shape.description,
+        **{key: getattr(shape, key) for key in keys},
         reps=run_reps,
-        warmup=shape.warmup,
         baseline=baseline,
-        order=shape.order,
-        seed=shape.seed,
-        alpha=shape.alpha,
-        correction=shape.correction,
-        equivalence=shape.equivalence,
         rerun_disturbed=shape.rerun_disturbed,
         auto_reps=auto_reps,
         max_reps=shape.max_reps,
@@ -244,6 +204,56 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         quick=quick,
         reps_override=reps,
     )
+
+
+def _shape(text: str, quick: bool) -> tuple[_PlanFile, bool]:
+    """The plan file's shape, with its [quick] table merged in when asked; and whether it
+    has one."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from None
+    try:
+        shape = _PlanFile.model_validate(raw)
+        has_quick_table = bool(shape.quick)
+        if quick and has_quick_table:
+            merged = _deep_merge({k: v for k, v in raw.items() if k != "quick"}, shape.quick)
+            shape = _PlanFile.model_validate(merged)
+    except ValidationError as exc:
+        raise ValueError(_explain(exc, _PlanFile, ())) from None
+    return shape, has_quick_table
+
+
+def _kinds(shape: _PlanFile) -> tuple[dict[str, list[LayerOptions]], dict[str, WorkloadOptions]]:
+    """Every layer and workload checked by the options of its kind."""
+    layer_kinds = load_layer_kinds()
+    workload_kinds = load_workload_kinds()
+    stacks = {
+        name: [
+            _check_kind(layer, layer_kinds, ("stacks", name, "layers", i), "layer")
+            for i, layer in enumerate(spec.layers)
+        ]
+        for name, spec in shape.stacks.items()
+    }
+    workloads = {
+        name: _check_kind(body, workload_kinds, ("workloads", name), "workload")
+        for name, body in shape.workloads.items()
+    }
+    return stacks, workloads
+
+
+def _worlds(shape: _PlanFile, workloads: dict[str, WorkloadOptions]) -> dict[str, str]:
+    """stack -> world spec; a workload that runs in a chroot needs one on every stack."""
+    plan_worlds = {name: spec.world for name, spec in shape.stacks.items() if spec.world}
+    workload_kinds = load_workload_kinds()
+    for name, body in workloads.items():
+        lacking = [s for s in shape.stacks if s not in plan_worlds]
+        if workload_kinds[body.kind].needs_world and lacking:
+            raise ValueError(
+                f"stacks.{lacking[0]}.world: workload {name} ({body.kind}) runs in a "
+                'chroot; give every stack a world (world = "host" or a path)'
+            )
+    return plan_worlds
 
 
 def load_plan(path: str | None, *, quick: bool = False, reps: int | None = None) -> Plan:

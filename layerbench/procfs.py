@@ -192,6 +192,20 @@ def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
     return found
 
 
+def disk_deltas(
+    before: dict[str, DiskCounters], after: dict[str, DiskCounters], prefix: str = ""
+) -> dict[str, dict[str, int]]:
+    """What each device did between two readings, keyed prefix + name."""
+    return {
+        prefix + name: {
+            key: getattr(after[name], key) - getattr(before[name], key)
+            for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
+        }
+        for name in before
+        if name in after
+    }
+
+
 def read_cpu() -> tuple[int, int, int]:
     """(total, idle, iowait) jiffies of all CPUs from the first line of /proc/stat."""
     with open("/proc/stat") as handle:

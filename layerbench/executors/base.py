@@ -59,7 +59,8 @@ class TrialResult:
 
     @property
     def disturbed(self) -> bool:
-        return bool(self.facts.get("disturbed"))
+        """Other work used the CPU while the run was timed (the noise facts of the run)."""
+        return bool(self.counters.facts.get("disturbed") or self.facts.get("disturbed"))
 
     def row(self) -> dict[str, Any]:
         """The runs-table row: the trial, the counters, the work."""

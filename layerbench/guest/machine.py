@@ -214,6 +214,17 @@ def _kvm_boots(guest: kernel.GuestKernel, where: Path) -> bool:
 
 
 @dataclass
+class _Measured:
+    """What the host saw of one guest run."""
+
+    result: dict[str, Any]
+    host_wall_s: float
+    booted_s: float
+    qemu_cpu_s: float
+    host_devices: dict[str, dict[str, int]]
+
+
+@dataclass
 class GuestResult:
     counters: measure.RunCounters
     units: float | None
@@ -252,6 +263,39 @@ class GuestTrial:
 
     def run(self, request: dict[str, Any], host_devices: list[str], timeout: float | None) -> GuestResult:
         share = self.spec.share
+        self._write_boot_env()
+        request = {**request, "scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
+        (share / "request.json").write_text(json.dumps(request))
+        measured = self._boot_and_run(host_devices, timeout)
+        result = measured.result
+        if "error" in result:
+            raise SetupError(f"in the guest: {result['error']}")
+        row = result["counters"]
+        guest_helper_cpu = row["helper_cpu_s"]
+        row["helper_cpu_s"] = measured.qemu_cpu_s
+        row["devices"] = {f"guest:{k}": v for k, v in row["devices"].items()} | measured.host_devices
+        facts = {
+            **result["facts"],
+            "guest": {
+                "accel": self.spec.accel,
+                "accel_why": self.accel_why,
+                "cpus": self.spec.cpus,
+                "memory_mib": self.spec.memory_mib,
+                "kernel": self.guest.release,
+                "counters_from": "guest: wall, rusage, read/write bytes, guest:* devices; "
+                "host: helper_cpu_s (the qemu process), host:* devices",
+                "host_wall_s": measured.host_wall_s,
+                "boot_and_setup_s": measured.booted_s,
+                "guest_uptime": result["phases"],
+                "guest_helper_cpu_s": guest_helper_cpu,
+                "mount_lines": result["mount_lines"],
+                "devices": result["devices"],
+            },
+        }
+        return GuestResult(measure.RunCounters(**row), result["units"], result["unit"], facts)
+
+    def _write_boot_env(self) -> None:
+        share = self.spec.share
         disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
         # The interpreter starts with -S (site's .pth files cost seconds under emulation),
         # so the host's site-packages come in through PYTHONPATH.
@@ -262,8 +306,10 @@ class GuestTrial:
             # The host's own interpreter, with the packages layerbench was installed with.
             f"PYTHON='{sys.executable}'\n"
         )
-        request = {**request, "scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
-        (share / "request.json").write_text(json.dumps(request))
+
+    def _boot_and_run(self, host_devices: list[str], timeout: float | None) -> "_Measured":
+        """Boot the guest (a journaled helper), let it prepare, then time its run from here."""
+        share = self.spec.share
         argv = command(self.spec, self.guest)
         holder: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -284,45 +330,16 @@ class GuestTrial:
             (share / "go").write_text("go\n")
             limit = (timeout or 24 * 3600.0) + 120
             self._wait_for(share / "result.json", qemu, limit, "finish the run")
-            host_wall = time.monotonic() - go_at
-            cpu_after = qemu_cpu_seconds(pid)
-            disks_after = procfs.read_diskstats(host_devices)
-            result = json.loads((share / "result.json").read_text())
+            measured = _Measured(
+                result=json.loads((share / "result.json").read_text()),
+                host_wall_s=time.monotonic() - go_at,
+                booted_s=booted_s,
+                qemu_cpu_s=max(qemu_cpu_seconds(pid) - cpu_before, 0.0),
+                host_devices=procfs.disk_deltas(disks_before, procfs.read_diskstats(host_devices), "host:"),
+            )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 qemu.wait(_SHUTDOWN_SECONDS)
-        if "error" in result:
-            raise SetupError(f"in the guest: {result['error']}")
-        host_deltas = {
-            f"host:{name}": {
-                key: getattr(disks_after[name], key) - getattr(disks_before[name], key)
-                for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
-            }
-            for name in disks_before
-            if name in disks_after
-        }
-        row = result["counters"]
-        guest_helper_cpu = row["helper_cpu_s"]
-        row["helper_cpu_s"] = max(cpu_after - cpu_before, 0.0)
-        row["devices"] = {f"guest:{k}": v for k, v in row["devices"].items()} | host_deltas
-        facts = {
-            **result["facts"],
-            "guest": {
-                "accel": self.spec.accel,
-                "accel_why": self.accel_why,
-                "cpus": self.spec.cpus,
-                "memory_mib": self.spec.memory_mib,
-                "kernel": self.guest.release,
-                "counters_from": "guest: wall, rusage, read/write bytes, guest:* devices; "
-                "host: helper_cpu_s (the qemu process), host:* devices",
-                "host_wall_s": host_wall,
-                "boot_and_setup_s": booted_s,
-                "guest_uptime": result["phases"],
-                "guest_helper_cpu_s": guest_helper_cpu,
-                "mount_lines": result["mount_lines"],
-                "devices": result["devices"],
-            },
-        }
-        return GuestResult(measure.RunCounters(**row), result["units"], result["unit"], facts)
+        return measured
 
     def _wait_for(self, path: Path, qemu: subprocess.Popen[bytes], seconds: float, what: str) -> None:
         deadline = time.monotonic() + seconds

@@ -125,13 +125,54 @@ def plan_block(experiment: dict[str, Any]) -> str:
 @register("html")
 def render(data: ReportData) -> str:
     experiment = data.experiment
-    unit_label = "wall time (s)"
     body = [
         f"<h1>layerbench experiment {experiment['id']}: {html.escape(experiment['name'])}</h1>",
         f"<p>Status {html.escape(experiment['status'])}, started {html.escape(experiment['started'])}, "
         f"seed {experiment['seed']}, baseline <code>{html.escape(data.baseline)}</code>.</p>",
         "<h2>Hardware/OS</h2>",
         bullet_list(host_lines(experiment["host"])),
+        *_cost_section(data),
+        *_tables_section(data),
+        *_series_section(data),
+        *_stacks_section(data),
+    ]
+    failed = data.failed_runs()
+    if failed:
+        body += [
+            "<h2>Failed runs</h2>",
+            table(
+                ["stack", "workload", "rep", "error"],
+                [[r["stack"], r["workload"], str(r["rep"] + 1), r["error"] or ""] for r in failed],
+            ),
+        ]
+    body += ["<h2>Warnings</h2>", bullet_list(data.warnings, "warnings") if data.warnings else "<p>none</p>"]
+    body += ["<h2>The plan</h2>", plan_block(experiment)]
+    spread = [r["wall_s"] for r in data.runs if r["status"] == "ok"]
+    if spread:
+        body.append(
+            f"<p class='note'>{len(data.runs)} runs, wall times from {min(spread):.3f} s to "
+            f"{max(spread):.3f} s (median {float(np.median(spread)):.3f} s).</p>"
+        )
+    return page(f"layerbench experiment {experiment['id']}", body)
+
+
+def _cost_section(data: ReportData) -> list[str]:
+    """The ratio plot and every run as a dot."""
+
+    def walls(stack: str, workload: str, warmup: bool) -> list[float]:
+        return [
+            r["wall_s"]
+            for r in data.runs
+            if (r["stack"], r["workload"]) == (stack, workload)
+            and r["status"] == "ok"
+            and bool(r["warmup"]) == warmup
+        ]
+
+    runs = {
+        f"workload {w}": {s: (walls(s, w, False), walls(s, w, True)) for s in data.stacks}
+        for w in data.workloads
+    }
+    return [
         "<h2>Cost of each stack against the baseline</h2>",
         "<p class='note'>Ratio of wall times, stack / baseline, with its interval at the level "
         "its verdict was decided at; red and starred: significant after the correction for many "
@@ -144,37 +185,12 @@ def render(data: ReportData) -> str:
             "ratio-plot",
         ),
         "<h2>Every run</h2>",
-        figure(
-            plots.runs_figure(
-                {
-                    f"workload {w}": {
-                        s: (
-                            [
-                                r["wall_s"]
-                                for r in data.runs
-                                if r["stack"] == s
-                                and r["workload"] == w
-                                and r["status"] == "ok"
-                                and not r["warmup"]
-                            ],
-                            [
-                                r["wall_s"]
-                                for r in data.runs
-                                if r["stack"] == s
-                                and r["workload"] == w
-                                and r["status"] == "ok"
-                                and r["warmup"]
-                            ],
-                        )
-                        for s in data.stacks
-                    }
-                    for w in data.workloads
-                },
-                ylabel=unit_label,
-            ),
-            "runs-plot",
-        ),
+        figure(plots.runs_figure(runs, ylabel="wall time (s)"), "runs-plot"),
     ]
+
+
+def _tables_section(data: ReportData) -> list[str]:
+    body = []
     for workload in data.workloads:
         header, rows = stack_table(data, workload)
         body += [
@@ -184,7 +200,11 @@ def render(data: ReportData) -> str:
         why = data.why_lines(workload)  # the read-out of explain.py
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
-    body += ["<h2>During the runs</h2>", f"<p class='note'>{html.escape(sampler_note(data))}</p>"]
+    return body
+
+
+def _series_section(data: ReportData) -> list[str]:
+    body = ["<h2>During the runs</h2>", f"<p class='note'>{html.escape(sampler_note(data))}</p>"]
     for stack in data.stacks:
         body.append(f"<h3>stack {html.escape(stack)}</h3>")
         body.append(
@@ -192,9 +212,13 @@ def render(data: ReportData) -> str:
                 plots.timeseries_figure([_series(data, stack, w) for w in data.workloads]), f"series-{stack}"
             )
         )
-    body.append("<h2>Stacks</h2>")
+    return body
+
+
+def _stacks_section(data: ReportData) -> list[str]:
+    body = ["<h2>Stacks</h2>"]
     for stack in data.stacks:
-        info = experiment["stacks"].get(stack, {})
+        info = data.experiment["stacks"].get(stack, {})
         body.append(
             f"<p><b>{html.escape(stack)}</b>: {html.escape(' → '.join(info.get('layers', ['?'])))}</p>"
         )
@@ -202,21 +226,4 @@ def render(data: ReportData) -> str:
         body.append(
             f"<pre>{html.escape(chr(10).join(mounts))}</pre>" if mounts else "<p class='note'>no mounts</p>"
         )
-    failed = data.failed_runs()
-    if failed:
-        body += [
-            "<h2>Failed runs</h2>",
-            table(
-                ["stack", "workload", "rep", "error"],
-                [[r["stack"], r["workload"], str(r["rep"]), r["error"] or ""] for r in failed],
-            ),
-        ]
-    body += ["<h2>Warnings</h2>", bullet_list(data.warnings, "warnings") if data.warnings else "<p>none</p>"]
-    body += ["<h2>The plan</h2>", plan_block(experiment)]
-    spread = [r["wall_s"] for r in data.runs if r["status"] == "ok"]
-    if spread:
-        body.append(
-            f"<p class='note'>{len(data.runs)} runs, wall times from {min(spread):.3f} s to "
-            f"{max(spread):.3f} s (median {float(np.median(spread)):.3f} s).</p>"
-        )
-    return page(f"layerbench experiment {experiment['id']}", body)
+    return body

@@ -38,7 +38,7 @@ def render(data: ReportData) -> str:
     failed = data.failed_runs()
     if failed:
         lines += ["", "### Failed runs", "", _row(["stack", "workload", "rep", "error"]), _row(["---"] * 4)]
-        lines += [_row([r["stack"], r["workload"], str(r["rep"]), r["error"] or ""]) for r in failed]
+        lines += [_row([r["stack"], r["workload"], str(r["rep"] + 1), r["error"] or ""]) for r in failed]
     if note := data.design_note():
         lines += ["", note]
     if data.warnings:

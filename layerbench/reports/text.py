@@ -43,7 +43,7 @@ def build(data: ReportData) -> list[object]:
         for column in ("stack", "workload", "rep", "error"):
             table.add_column(column)
         for run in failed:
-            rep = f"{run['rep']}{' (warm-up)' if run['warmup'] else ''}"
+            rep = f"{run['rep'] + 1}{' (warm-up)' if run['warmup'] else ''}"
             table.add_row(run["stack"], run["workload"], rep, run["error"] or "")
         parts.append(table)
     if note := data.design_note():

@@ -56,6 +56,16 @@ def unmount_reporting(target: str, *, hurry: bool = False) -> str | None:
     return f"unmounted {target} (lazily: {error.splitlines()[-1] if error else 'busy'})"
 
 
+def unmount_all_under(path: Path, *, hurry: bool = False) -> list[str]:
+    """Unmount every mount under path, deepest first: what an interrupted setup mounted
+    before it could register its own teardown. Returns what was done."""
+    done = []
+    for entry in sorted(mounts.mounts_under(path), key=lambda e: -len(e.mount_point)):
+        if line := unmount_reporting(entry.mount_point, hurry=hurry):
+            done.append(line)
+    return done
+
+
 def wait_gone(pids: list[int], timeout: float = _GONE_WAIT_S) -> list[int]:
     """Wait until these processes are gone or zombies; returns those still alive."""
     deadline = time.monotonic() + timeout

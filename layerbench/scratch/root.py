@@ -80,6 +80,9 @@ class Scratch:
         try:
             yield path
         finally:
+            # A signal can land between a mount and the registration of its teardown (inside
+            # ExitStack.enter_context): what is still mounted in here is ours, so it goes too.
+            resources.unmount_all_under(path, hurry=self.hurry)
             resources.remove_path(str(path), self.root)
             self.journal.done(self._dir_idents.pop(str(path)))
 

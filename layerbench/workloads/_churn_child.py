@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,46 @@ def _remove_new_dirs(directory: Path, before: set[str]) -> None:
                 path.rmdir()
 
 
+@dataclass
+class Tally:
+    """What the cycles measured so far."""
+
+    mount_s: list[float] = field(default_factory=list)
+    unmount_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    failures: int = 0
+
+    def fail(self, text: str) -> None:
+        self.failures += 1
+        self.errors.append(text)
+
+
+def _cycle(
+    number: int, layer: Any, ctx: BuildContext, below: Exposed, spec: dict[str, Any], tally: Tally
+) -> None:
+    """One mount and unmount through the layer's own expose(), files used in between."""
+    began = time.monotonic()
+    manager = layer.expose(ctx, below)
+    try:
+        exposed = manager.__enter__()
+    except Exception as exc:
+        tally.fail(f"cycle {number} mount: {exc}")
+        return
+    tally.mount_s.append(time.monotonic() - began)
+    failpoints.reached("churn-mounted")
+    try:
+        if spec["files"]:
+            _touch(exposed.path, spec["files"], spec["file_size"], not layer.options.readonly)
+    except OSError as exc:
+        tally.fail(f"cycle {number} files: {exc}")
+    began = time.monotonic()
+    try:
+        manager.__exit__(None, None, None)
+        tally.unmount_s.append(time.monotonic() - began)
+    except Exception as exc:
+        tally.fail(f"cycle {number} unmount: {exc}")
+
+
 def churn(spec: dict[str, Any]) -> dict[str, Any]:
     load_kinds()
     scratch = Scratch(Path(spec["scratch"]))
@@ -103,42 +144,16 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
     mounts_before = len(mounts.mounts_under(scratch.root))
     loops_before = len(scratch.loop_devices())
     log = KernelLog()
-    mount_s: list[float] = []
-    unmount_s: list[float] = []
-    errors: list[str] = []
-    failures = 0
+    tally = Tally()
     cycle = 0
     start = time.monotonic()
     deadline = start + spec["duration"] if spec["duration"] else None
     while (spec["cycles"] is None or cycle < spec["cycles"]) and (
         deadline is None or time.monotonic() < deadline
     ):
-        layer = kind(options, spec["first_index"] + cycle)
-        cycle += 1
         work_before, below_before = set(os.listdir(workdir)), set(os.listdir(below.path))
-        began = time.monotonic()
-        manager = layer.expose(ctx, below)
-        try:
-            exposed = manager.__enter__()
-        except Exception as exc:
-            failures += 1
-            errors.append(f"cycle {cycle} mount: {exc}")
-        else:
-            mount_s.append(time.monotonic() - began)
-            failpoints.reached("churn-mounted")
-            try:
-                if spec["files"]:
-                    _touch(exposed.path, spec["files"], spec["file_size"], not options.readonly)
-            except OSError as exc:
-                failures += 1
-                errors.append(f"cycle {cycle} files: {exc}")
-            began = time.monotonic()
-            try:
-                manager.__exit__(None, None, None)
-                unmount_s.append(time.monotonic() - began)
-            except Exception as exc:
-                failures += 1
-                errors.append(f"cycle {cycle} unmount: {exc}")
+        _cycle(cycle + 1, kind(options, spec["first_index"] + cycle), ctx, below, spec, tally)
+        cycle += 1
         _remove_new_dirs(workdir, work_before)
         _remove_new_dirs(below.path, below_before)
     elapsed = time.monotonic() - start
@@ -150,10 +165,10 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
         "cycles": cycle,
         "seconds": elapsed,
         "cycles_per_s": cycle / elapsed if elapsed > 0 else 0.0,
-        "mount_s": _percentiles(mount_s),
-        "unmount_s": _percentiles(unmount_s),
-        "failures": failures,
-        "errors": errors[:20],
+        "mount_s": _percentiles(tally.mount_s),
+        "unmount_s": _percentiles(tally.unmount_s),
+        "failures": tally.failures,
+        "errors": tally.errors[:20],
         "leaked_mounts": max(len(mounts.mounts_under(scratch.root)) - mounts_before, 0),
         "leaked_loops": max(len(scratch.loop_devices()) - loops_before, 0),
         "kernel_log": log.read_new(),
