@@ -14,7 +14,6 @@ from layerbench.errors import UserError
 from layerbench.executors.base import Executor, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
 from layerbench.schedule import Trial, schedule
-from layerbench.stacks.base import Layer, make_layers
 from layerbench.store import Store
 from layerbench.workloads.base import Workload
 from layerbench.workloads.base import make_workloads as _make_workloads
@@ -24,10 +23,6 @@ __all__ = ["Experiment", "Trial", "make_workloads", "schedule"]
 
 def make_workloads(plan: Plan) -> dict[str, Workload]:
     return _make_workloads(plan.workloads, footprint.reference_size(plan.stacks))
-
-
-def layers_of(plan: Plan, stack: str) -> list[Layer]:
-    return make_layers(plan.stacks[stack])
 
 
 ProgressCallback = Callable[[Trial, int, TrialResult | None], None]

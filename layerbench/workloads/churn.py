@@ -11,9 +11,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from layerbench import mounts
 from layerbench.errors import SetupError
-from layerbench.scratch import unmount_path
+from layerbench.scratch.resources import unmount_all_under
 from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
@@ -151,9 +150,6 @@ def _unmount_all_under(directory: Path) -> None:
     deadline = time.monotonic() + 10
     quiet_since = time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - quiet_since < 0.5:
-        found = sorted(mounts.mounts_under(directory), key=lambda e: -len(e.mount_point))
-        for entry in found:
-            unmount_path(entry.mount_point, hurry=True)
-        if found:
+        if unmount_all_under(directory, hurry=True):
             quiet_since = time.monotonic()
         time.sleep(0.05)
