@@ -1,6 +1,7 @@
 """The statistics: one design per verdict, exact where it can be, intervals that mean
 what they say, and a family of comparisons corrected together."""
 
+import json
 import math
 
 import numpy as np
@@ -232,3 +233,10 @@ def test_runs_mostly_flagged_disturbed_are_kept() -> None:
     runs[-1]["facts"] = {"disturbed": False}
     runs[-2]["facts"] = {"disturbed": False}
     assert [r["wall_s"] for r in stats.measured(runs)[("b", "w")]] == [2.1, 1.9]
+
+
+def test_an_unbounded_interval_is_null_in_json_and_absent_from_the_plot() -> None:
+    from layerbench.reports.json_export import finite
+
+    row = _row([5.0, 5, 5, 5, 5], [0.0, 0, 1, 2, 3], metric="majflt")
+    assert json.loads(json.dumps(finite(row.as_dict()), allow_nan=False))["ratio_ci_high"] is None

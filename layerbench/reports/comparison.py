@@ -13,6 +13,7 @@ from layerbench.compare import Comparison
 from layerbench.reports import plots
 from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
 from layerbench.reports.html import bullet_list, figure, page, table
+from layerbench.reports.json_export import finite
 
 HEADER = [
     "stack",
@@ -109,7 +110,7 @@ def render_markdown(comparison: Comparison) -> str:
 
 
 def render_json(comparison: Comparison) -> str:
-    return json.dumps(comparison.as_dict(), indent=2) + "\n"
+    return json.dumps(finite(comparison.as_dict()), indent=2, allow_nan=False) + "\n"
 
 
 def render_html(comparison: Comparison) -> str:

@@ -2,6 +2,7 @@
 stack's layers and mount lines, the plan and the warnings. Viewable offline."""
 
 import html
+import math
 from typing import Any
 
 import numpy as np
@@ -56,15 +57,16 @@ def ratio_points(data: ReportData, workload: str) -> list[plots.RatioPoint]:
     points = []
     for stack in data.stacks:
         row = data.summary(stack, workload, "wall_s")
-        if row is None or row.ratio is None:
+        if row is None or row.ratio is None or not math.isfinite(row.ratio):
             points.append(plots.RatioPoint(stack, None, None, None, False))
             continue
+        bounded = all(v is not None and math.isfinite(v) for v in (row.ratio_ci_low, row.ratio_ci_high))
         points.append(
             plots.RatioPoint(
                 stack,
                 row.ratio,
-                row.ratio_ci_low,
-                row.ratio_ci_high,
+                row.ratio_ci_low if bounded else None,
+                row.ratio_ci_high if bounded else None,
                 significant=row.significant,
                 is_baseline=row.decision == "baseline",
             )

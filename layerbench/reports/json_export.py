@@ -1,6 +1,8 @@
 """json: everything, for programs. The shape is documented in the README (schema 3)."""
 
 import json
+import math
+from typing import Any
 
 from layerbench.reports.base import ReportData, register
 from layerbench.store import run_columns
@@ -46,4 +48,15 @@ def render(data: ReportData) -> str:
         ],
         "warnings": data.warnings,
     }
-    return json.dumps(document, indent=2) + "\n"
+    return json.dumps(finite(document), indent=2, allow_nan=False) + "\n"
+
+
+def finite(value: Any) -> Any:
+    """JSON has no infinity: an unbounded interval end (a baseline of zeros) is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value

@@ -40,7 +40,8 @@ BASELINE = "#7f8c8d"
 
 @dataclass
 class RatioPoint:
-    """One stack's ratio in one panel; low/high is the 95 % CI, None when there is none."""
+    """One stack's ratio in one panel; low/high is its interval, None when there is none or
+    it is unbounded."""
 
     label: str
     ratio: float | None
