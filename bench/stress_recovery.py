@@ -22,6 +22,7 @@ Needs root. Takes about 7 s per case and pass on a 2-core machine.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -115,14 +116,16 @@ def _runs(db: Path) -> list[int]:
     if not db.exists():
         return []
     try:
-        with sqlite3.connect(db, timeout=5) as connection:
+        # closing(): a connection left open keeps the -wal file of a results file this
+        # script deletes for the next case, and a new file beside it would inherit it.
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
             return [row[0] for row in connection.execute("SELECT trial FROM runs ORDER BY trial")]
     except sqlite3.OperationalError:
         return []
 
 
 def _integrity(db: Path) -> str:
-    with sqlite3.connect(db, timeout=5) as connection:
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as connection:
         return str(connection.execute("PRAGMA integrity_check").fetchone()[0])
 
 
@@ -185,9 +188,9 @@ def failpoint_case(root: Path, kind: str, point: str, where: str, signame: str) 
     return outcome
 
 
-def churn_case(root: Path, where: str, rng: random.Random) -> Outcome:
+def churn_case(root: Path, where: str, rng: random.Random, number: int = 0) -> Outcome:
     outcome = Outcome()
-    case = root / f"churn-{where}"
+    case = root / f"churn-{where}-{number}"
     scratch, db, plan = case / "scratch", case / "r.db", case / "plan.toml"
     case.mkdir(parents=True, exist_ok=True)
     db.unlink(missing_ok=True)
@@ -246,10 +249,10 @@ def main() -> int:
             seconds[name] += time.monotonic() - began
             passes[name] += outcome.ok
         for where in args.namespaces.split(","):
-            for _ in range(args.churn):
+            for number in range(args.churn):
                 name = f"churn, random moment × image × {where} × SIGKILL"
                 began = time.monotonic()
-                outcome = churn_case(args.scratch, where, rng)
+                outcome = churn_case(args.scratch, where, rng, number)
                 _merge(rows, name, outcome)
                 seconds[name] += time.monotonic() - began
                 passes[name] += outcome.ok

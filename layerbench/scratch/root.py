@@ -80,6 +80,7 @@ class Scratch:
         try:
             yield path
         finally:
+            failpoints.reached("teardown")  # every trial's teardown, also of a stack without mounts
             # A signal can land between a mount and the registration of its teardown (inside
             # ExitStack.enter_context): what is still mounted in here is ours, so it goes too.
             resources.unmount_all_under(path, hurry=self.hurry)
