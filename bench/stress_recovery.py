@@ -249,10 +249,10 @@ def main() -> int:
             seconds[name] += time.monotonic() - began
             passes[name] += outcome.ok
         for where in args.namespaces.split(","):
-            for number in range(args.churn):
+            for kill in range(args.churn):
                 name = f"churn, random moment × image × {where} × SIGKILL"
                 began = time.monotonic()
-                outcome = churn_case(args.scratch, where, rng, number)
+                outcome = churn_case(args.scratch, where, rng, number * args.churn + kill)
                 _merge(rows, name, outcome)
                 seconds[name] += time.monotonic() - began
                 passes[name] += outcome.ok
