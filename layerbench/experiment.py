@@ -138,7 +138,7 @@ class Experiment:
         flags.append(result.disturbed)
         if not flags[-1] or trial.rerun >= self.plan.rerun_disturbed:
             return None
-        if 2 * sum(flags) > len(flags) and len(flags) > 1:
+        if len(flags) > 1 and stats.most_flagged(flags):  # a first disturbed run is always re-run
             return None
         index = 1 + max(t.index for t in self.trials)
         return Trial(index, trial.stack, trial.workload, trial.rep, False, trial.rerun + 1)

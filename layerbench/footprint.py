@@ -12,7 +12,7 @@ from pathlib import Path
 
 from layerbench import procfs
 from layerbench.sizes import format_size
-from layerbench.stacks.base import LAYER_KINDS, Layer, LayerOptions, Placement
+from layerbench.stacks.base import LayerOptions, Placement, make_layers
 from layerbench.workloads.base import WORKLOAD_KINDS, Workload, WorkloadOptions
 
 # Left for the rest of the host (and the page cache of the runs) when memory is counted.
@@ -29,14 +29,10 @@ class TrialNeed:
     disk_bytes: int  # taken from the scratch root's file system at once
 
 
-def _layers(options: list[LayerOptions]) -> list[Layer]:
-    return [LAYER_KINDS[layer.kind](layer, index) for index, layer in enumerate(options, start=1)]
-
-
 def placement(options: list[LayerOptions]) -> Placement:
     """Where data written on the stack's top ends up, bottom to top."""
     placed = Placement()
-    for layer in _layers(options):
+    for layer in make_layers(options):
         placed = layer.place(placed)
     return placed
 
@@ -44,7 +40,7 @@ def placement(options: list[LayerOptions]) -> Placement:
 def reference_size(stacks: dict[str, list[LayerOptions]]) -> int | None:
     """The smallest file system any stack makes: a fractional fill of a stack on the
     scratch root's own file system writes that much, so every stack writes the same."""
-    sizes = [size for layers in stacks.values() for layer in _layers(layers) if (size := layer.fs_size())]
+    sizes = [size for layers in stacks.values() for layer in make_layers(layers) if (size := layer.fs_size())]
     return min(sizes) if sizes else None
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerbench import stats
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DISTURBED_SHARE = 0.25  # of all CPUs, averaged over the run
 _MIN_CPU_S = 0.05  # below this, a few clock ticks of a shell prompt are not a disturbance
@@ -62,12 +64,10 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
     for run in runs:
         if not run["warmup"] and run.get("status", "ok") == "ok":
             key = (run["stack"], run["workload"], run["rep"])
-            by_rep.setdefault(key, []).append(bool((run.get("facts") or {}).get("disturbed")))
+            by_rep.setdefault(key, []).append(stats.is_disturbed(run))
     stayed = sum(1 for flags in by_rep.values() if all(flags))
-    pairs: dict[tuple[str, str], list[bool]] = {}
-    for (stack, workload, _), flags in by_rep.items():
-        pairs.setdefault((stack, workload), []).append(all(flags))
-    whole = [f"{s}/{w}" for (s, w), flags in pairs.items() if 2 * sum(flags) > len(flags)]
+    groups = stats.measured([{"status": "ok", **r} for r in runs], disturbed=True)
+    whole = [f"{s}/{w}" for (s, w), group in groups.items() if stats.mostly_disturbed(group)]
     shown = ", ".join(
         f"{r['stack']}/{r['workload']} rep {r['rep'] + 1}{' (warm-up)' if r['warmup'] else ''}"
         f" {r['facts']['others_cpu_share']:.0%}"

@@ -115,7 +115,12 @@ def mostly_disturbed(group: list[dict[str, Any]]) -> bool:
     """Most runs of one (stack, workload) flagged disturbed: the CPU that other work seemed
     to use is then the stack's own kernel threads (loop workers, writeback) doing the run's
     work, not a disturbance; those runs are all kept."""
-    return 2 * sum(map(is_disturbed, group)) > len(group)
+    return most_flagged([is_disturbed(run) for run in group])
+
+
+def most_flagged(flags: list[bool]) -> bool:
+    """More than half of them: the one rule for "most runs were disturbed"."""
+    return 2 * sum(flags) > len(flags)
 
 
 def describe(stack: str, workload: str, metric: str, values: list[float]) -> Summary:
