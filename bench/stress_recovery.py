@@ -262,18 +262,31 @@ def main() -> int:
             file=sys.stderr,
             flush=True,
         )
+        if args.json:
+            # Written after every pass, so a stopped run still leaves what it proved.
+            _write_json(args.json, rows, passes, seconds, number + 1)
     print(_table(rows, passes, seconds, args.passes))
     print(f"\n{len(rows)} cases x {args.passes} passes in {time.monotonic() - started:.0f} s")
     for name, outcome in rows.items():
         for problem in outcome.problems[:3]:
             print(f"- {name}: {problem}")
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {n: {"ok": o.ok, "tally": o.tally, "problems": o.problems} for n, o in rows.items()}, indent=1
-            )
-        )
     return 0 if all(o.ok for o in rows.values()) else 1
+
+
+def _write_json(
+    path: Path, rows: dict[str, Outcome], passes: Counter[str], seconds: Counter[str], done: int
+) -> None:
+    cases = {
+        name: {
+            "ok": o.ok,
+            "passed": passes[name],
+            "seconds": round(seconds[name], 1),
+            "tally": o.tally,
+            "problems": o.problems,
+        }
+        for name, o in rows.items()
+    }
+    path.write_text(json.dumps({"passes_done": done, "cases": cases}, indent=1))
 
 
 def _merge(rows: dict[str, Outcome], name: str, outcome: Outcome) -> None:
