@@ -7,14 +7,15 @@ TrialResult -> store it -> re-run a disturbed one, add an adaptive round -> mark
 """
 
 import random
+import time
 from collections.abc import Callable
 
-from layerbench import __version__, adaptive, footprint, stats
+from layerbench import __version__, adaptive, footprint, sentinel, stats
 from layerbench.errors import UserError
 from layerbench.executors.base import Executor, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
 from layerbench.schedule import Trial, schedule
-from layerbench.store import Store
+from layerbench.store import Store, now
 from layerbench.workloads.base import Workload
 from layerbench.workloads.base import make_workloads as _make_workloads
 
@@ -44,6 +45,7 @@ class Experiment:
         self._stacks_seen: set[str] = set()
         self._finished: set[int] = set()  # trial indices already stored (when resuming)
         self._disturbed: dict[tuple[str, str], list[bool]] = {}  # per measured run so far: disturbed?
+        self._probe = _ProbeClock(len(plan.stacks) * len(plan.workloads))
 
     @classmethod
     def resume(cls, store: Store, executor: Executor, experiment_id: int) -> "Experiment":
@@ -64,6 +66,7 @@ class Experiment:
         experiment.id = experiment_id
         experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
         experiment._stacks_seen = set(record["stacks"])
+        experiment._probe.seq = len(store.sentinels(experiment_id))
         return experiment
 
     @property
@@ -94,6 +97,7 @@ class Experiment:
         status = "failed"
         todo = self.missing_trials
         try:
+            self._sentinel(None, force=True)
             index = 0
             while index < len(todo):
                 trial = todo[index]
@@ -101,6 +105,7 @@ class Experiment:
                 if progress:
                     progress(trial, len(todo), None)
                 result = self.run_trial(trial, setting)
+                self._sentinel(trial.index, force=False)
                 if (again := self._rerun_of(result)) is not None:
                     self.trials.append(again)
                     todo.insert(index, again)
@@ -110,6 +115,8 @@ class Experiment:
                     todo += more
                 if progress:
                     progress(trial, len(todo), result)
+            if self._probe.trials_since:  # and once more at the end, unless one just ran
+                self._sentinel(todo[-1].index, force=True)
             status = "done"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -126,6 +133,19 @@ class Experiment:
             self._stacks_seen.add(trial.stack)
         self.store.add_run(self.id, result)
         return result
+
+    def _sentinel(self, after_trial: int | None, *, force: bool) -> None:
+        """The drift probe between rounds, outside every timed run, within its budget."""
+        assert self.id is not None
+        if not self.plan.sentinel or not self._probe.wanted(force):
+            return
+        taken = now()
+        found = self.executor.sentinel()
+        if found is None:
+            return
+        parts, cost_s = found
+        self.store.add_sentinel(self.id, sentinel.Sample(self._probe.seq, taken, after_trial, parts, cost_s))
+        self._probe.took(cost_s)
 
     def _rerun_of(self, result: TrialResult) -> Trial | None:
         """A measured run that other work disturbed is kept (flagged, out of the statistics)
@@ -163,3 +183,29 @@ class Experiment:
         return [
             Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
         ]
+
+
+class _ProbeClock:
+    """When the next sentinel is due: after a round's worth of trials (stacks x workloads),
+    and only if the time since the last probe keeps the sentinel within its budget."""
+
+    def __init__(self, round_size: int) -> None:
+        self.round_size = max(1, round_size)
+        self.seq = 0
+        self.trials_since = 0
+        self.last_at = time.monotonic()
+        self.last_cost_s = 0.0
+
+    def wanted(self, force: bool) -> bool:
+        if force:
+            return True
+        self.trials_since += 1
+        if self.trials_since < self.round_size:
+            return False
+        return sentinel.due(time.monotonic() - self.last_at, self.last_cost_s)
+
+    def took(self, cost_s: float) -> None:
+        self.seq += 1
+        self.trials_since = 0
+        self.last_at = time.monotonic()
+        self.last_cost_s = cost_s

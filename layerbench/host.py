@@ -5,7 +5,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from layerbench import __version__, mounts, system
+from layerbench import __version__, fsstate, mounts, system
 
 
 def _read(path: str) -> str | None:
@@ -62,7 +62,7 @@ def _virtualization() -> str:
 
 
 def describe(scratch_root: Path) -> dict[str, Any]:
-    fstype, source, options = mounts.filesystem_of(scratch_root)
+    scratch_fs = fsstate.describe(scratch_root)
     devices = mounts.devices_under(scratch_root)
     return {
         "hostname": platform.node(),
@@ -74,7 +74,8 @@ def describe(scratch_root: Path) -> dict[str, Any]:
         "distribution": _distribution(),
         "virtualization": _virtualization(),
         "scratch_root": str(scratch_root),
-        "scratch_fs": {"type": fstype, "source": source, "options": options},
+        # Loop images live under the scratch root: on this same file system.
+        "scratch_fs": scratch_fs,
         "disks": [_disk(mounts.whole_disk(d)) for d in devices][:1],
         "python": platform.python_version(),
         "layerbench": __version__,

@@ -56,6 +56,9 @@ class _PlanFile(BaseModel):
     correction: Literal["holm", "bh", "none"] = stats.CORRECTION
     equivalence: float = Field(default=stats.EQUIVALENCE, ge=0, lt=1)  # a share: within +-5 %
     rerun_disturbed: int = Field(default=2, ge=0, le=10)  # re-runs of a trial other work disturbed
+    settle: float = Field(default=0.1, ge=0, le=10)  # s of quiet devices before a timed run; 0: none
+    settle_timeout: float = Field(default=10.0, gt=0, le=600)  # s: give up waiting (the run says so)
+    sentinel: bool = True  # the drift probe between rounds
     stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
     workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
     quick: dict[str, Any] = Field(default_factory=dict)
@@ -79,6 +82,9 @@ class Plan(BaseModel):
     correction: str = stats.CORRECTION
     equivalence: float = stats.EQUIVALENCE
     rerun_disturbed: int = 2
+    settle: float = 0.1
+    settle_timeout: float = 10.0
+    sentinel: bool = True
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
     worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
@@ -103,6 +109,9 @@ class Plan(BaseModel):
             "correction": self.correction,
             "equivalence": self.equivalence,
             "rerun_disturbed": self.rerun_disturbed,
+            "settle": self.settle,
+            "settle_timeout": self.settle_timeout,
+            "sentinel": self.sentinel,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
@@ -186,7 +195,10 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     )
     if quick and not has_quick_table:
         run_reps = min(run_reps, 5)
-    keys = ("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence")
+    keys = (
+        *("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence"),
+        *("settle", "settle_timeout", "sentinel"),
+    )
     return Plan(
         **{key: getattr(shape, key) for key in keys},
         reps=run_reps,

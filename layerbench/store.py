@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerbench import metrics
 from layerbench.errors import UserError
+from layerbench.sentinel import Sample
 
 if TYPE_CHECKING:
     from layerbench.executors.base import TrialResult
@@ -69,6 +70,15 @@ CREATE TABLE IF NOT EXISTS samples (
     cpu_busy_pct REAL, cpu_iowait_pct REAL
 );
 CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
+CREATE TABLE IF NOT EXISTS sentinels (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    seq INTEGER NOT NULL,
+    taken TEXT NOT NULL,
+    after_trial INTEGER,
+    cost_s REAL NOT NULL,
+    parts_json TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, seq)
+);
 """
 
 _RUN_FIELDS = ("trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started")
@@ -225,6 +235,19 @@ class Store:
             raise
         self.db.execute("COMMIT")
 
+    def add_sentinel(self, experiment_id: int, sample: Sample) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO sentinels VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                experiment_id,
+                sample.seq,
+                sample.taken,
+                sample.after_trial,
+                sample.cost_s,
+                json.dumps(sample.parts),
+            ),
+        )
+
     def set_experiment_fact(self, experiment_id: int, key: str, value: Any) -> None:
         """What an experiment learned about itself as it ran (e.g. the repetitions it needed)."""
         self.db.execute(
@@ -284,6 +307,15 @@ class Store:
             record["warmup"] = bool(record["warmup"])
             result.append(record)
         return result
+
+    def sentinels(self, experiment_id: int) -> list[Sample]:
+        """The experiment's drift probes, in the order they ran."""
+        return [
+            Sample(r["seq"], r["taken"], r["after_trial"], json.loads(r["parts_json"]), r["cost_s"])
+            for r in self.db.execute(
+                "SELECT * FROM sentinels WHERE experiment_id = ? ORDER BY seq", (experiment_id,)
+            )
+        ]
 
     def samples(self, experiment_id: int) -> dict[int, list[dict[str, Any]]]:
         """run id -> its time series, in time order."""

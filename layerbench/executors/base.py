@@ -112,6 +112,11 @@ class Executor(ABC):
         """What the machine the trials run on is (stored with the experiment)."""
         return {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
 
+    def sentinel(self) -> tuple[dict[str, float], float] | None:
+        """The drift probe (sentinel.py) on the machine the trials run on: each part's
+        seconds and the probe's own cost; None where there is none."""
+        return None
+
     @abstractmethod
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
         """Run one trial to its end (built, prepared, timed, torn down) and describe it."""

@@ -13,6 +13,7 @@ from layerbench.stacks.base import make_layers
 from layerbench.store import now
 
 Script = Callable[[Trial], dict[str, Any]]
+SentinelScript = Callable[[int], dict[str, float]]  # the probe's number -> each part's seconds
 
 
 class FakeExecutor(Executor):
@@ -20,9 +21,17 @@ class FakeExecutor(Executor):
     the registry defaults to 0. A value "status": "failed" with an "error" makes a failed
     run; "units" and "unit" give the work done."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, sentinel: SentinelScript | None = None) -> None:
         self.script = script
+        self.sentinel_script = sentinel
         self.trials: list[Trial] = []  # what ran, in order
+        self.probes = 0
+
+    def sentinel(self) -> tuple[dict[str, float], float] | None:
+        if self.sentinel_script is None:
+            return None
+        self.probes += 1
+        return self.sentinel_script(self.probes - 1), 0.0
 
     def host(self) -> dict[str, Any]:
         return {"hostname": "fake", "cpus": 1, "kernel": "scripted", "disks": [], "scratch_fs": {}}

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from layerbench import failpoints, host, measure, worlds
+from layerbench import failpoints, host, measure, sentinel, settle, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
 from layerbench.guest import machine
@@ -28,6 +28,8 @@ class LocalExecutor(Executor):
         self.allowed_devices = allowed_devices
         self.force = force
         self.world_dirs: dict[str, Path] = {}
+        self.scratch_disks = settle.scratch_devices(scratch.root)
+        self._probes = 0
 
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
@@ -51,13 +53,23 @@ class LocalExecutor(Executor):
         for workload in workloads.values():
             workload.fetch()
 
+    def sentinel(self) -> tuple[dict[str, float], float]:
+        self._probes += 1
+        with self.scratch.directory("sentinel", f"p{os.getpid()}-{self._probes}", trial=False) as directory:
+            return sentinel.probe(directory)
+
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
         started = now()
-        with self.scratch.directory("trials", f"e{setting.experiment_id}-t{trial.index}") as workdir:
-            try:
-                return self._run_in(trial, setting, workdir, started)
-            except SetupError as exc:
-                return TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+        try:
+            with self.scratch.directory("trials", f"e{setting.experiment_id}-t{trial.index}") as workdir:
+                try:
+                    return self._run_in(trial, setting, workdir, started)
+                except SetupError as exc:
+                    return TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+        finally:
+            # The trial's files are gone now; their deletion is made durable here, in its own
+            # teardown, not in the next trial's timed run (which still settles first).
+            os.sync()
 
     def _run_in(self, trial: Trial, setting: Setting, workdir: Path, started: str) -> TrialResult:
         workload = setting.workloads[trial.workload]
@@ -74,16 +86,16 @@ class LocalExecutor(Executor):
             failpoints.reached("stack-built")
             devices = built.devices()
             record = self._record(trial.stack, layers, built, devices)
+            settled: settle.Settled | None = None  # a guest settles its own devices
             if built.elsewhere is not None:  # a vm layer: the rest runs in the guest
                 counters, prepared = machine.run_elsewhere(built, workload, devices)
             else:
                 prepared = workload.prepare(ctx, built, resources)
-                counters = self._timed(trial, setting, prepared, built, devices, workdir, resources)
+                counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
                 prepared.collect()
             failpoints.reached("run-finished")
-        return TrialResult(
-            trial, started, counters, prepared.units, prepared.unit, dict(prepared.facts), record
-        )
+        facts = dict(prepared.facts) | (settled.facts() if settled else {})
+        return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record)
 
     def _timed(
         self,
@@ -94,12 +106,15 @@ class LocalExecutor(Executor):
         devices: list[str],
         workdir: Path,
         resources: contextlib.ExitStack,
-    ) -> measure.RunCounters:
+    ) -> tuple[measure.RunCounters, settle.Settled]:
         if prepared.drop_caches:
             measure.drop_caches()
-        else:
-            os.sync()
-        return measure.run_timed(
+        settled = settle.wait_quiet(
+            sorted({*devices, *self.scratch_disks}),
+            quiet_s=setting.plan.settle,
+            timeout_s=setting.plan.settle_timeout,
+        )
+        counters = measure.run_timed(
             prepared.argv,
             cwd=prepared.cwd,
             env=prepared.env,
@@ -111,6 +126,7 @@ class LocalExecutor(Executor):
             cgroups=built.cgroup_procs,
             cpus=setting.plan.cpus,
         )
+        return counters, settled
 
     def _record(self, stack: str, layers: list[Any], built: BuiltStack, devices: list[str]) -> StackRecord:
         return StackRecord(

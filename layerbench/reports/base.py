@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import adaptive, explain, metrics, noise, stats
+from layerbench import adaptive, explain, fsstate, metrics, noise, sentinel, stats
 from layerbench.guest import notes as guest_notes
+from layerbench.reports import host_state
 from layerbench.sizes import format_size
 from layerbench.store import Store
 from layerbench.workloads.base import Workload
@@ -25,6 +26,7 @@ class ReportData:
     stacks: list[str]
     workloads: list[str]
     samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
+    sentinels: list[sentinel.Sample] = field(default_factory=list)  # the drift probes, in order
 
     @property
     def baseline(self) -> str:
@@ -74,6 +76,14 @@ class ReportData:
     def design_note(self) -> str | None:
         return stats.design_note(self.summaries)
 
+    def host_state_lines(self) -> list[str]:
+        """The settle wait and the drift sentinel, a line each where they ran."""
+        lines = [
+            host_state.settle_line(self.runs),
+            host_state.sentinel_line(self.experiment, self.sentinels),
+        ]
+        return [line for line in lines if line]
+
 
 def gather(store: Store, experiment_id: int) -> ReportData:
     experiment = store.experiment(experiment_id)
@@ -84,7 +94,20 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     design = stats.Design.of_plan(plan)
     rows = stats.summaries(runs, experiment["baseline"], stacks, workloads, design=design)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
-    data = ReportData(experiment, runs, rows, warnings, stacks, workloads, store.samples(experiment_id))
+    data = ReportData(
+        experiment,
+        runs,
+        rows,
+        warnings,
+        stacks,
+        workloads,
+        store.samples(experiment_id),
+        store.sentinels(experiment_id),
+    )
+    if moved := host_state.drift_warning(data.sentinels):
+        data.warnings.append(
+            moved + ": absolute times drifted with it; ratios taken in one round hold better"
+        )
     data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
     data.warnings += guest_notes.notes(runs) + [
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
@@ -258,6 +281,7 @@ def host_lines(host: dict[str, Any]) -> list[str]:
         f"OS: {host.get('distribution')}, {host.get('kernel')} ({host.get('virtualization')})",
         f"Disk: {disks}",
         f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
+        *([f"Scratch file system (and loop images): {state}"] if (state := fsstate.summary(fs)) else []),
     ]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from layerbench import stats
-from layerbench.reports import plots
+from layerbench.reports import host_state, plots
 from layerbench.reports.base import ReportData, host_lines, register, stack_table
 
 STYLE = """
@@ -136,6 +136,7 @@ def render(data: ReportData) -> str:
         *_cost_section(data),
         *_tables_section(data),
         *_series_section(data),
+        *_host_state_section(data),
         *_stacks_section(data),
     ]
     failed = data.failed_runs()
@@ -228,4 +229,37 @@ def _stacks_section(data: ReportData) -> list[str]:
         body.append(
             f"<pre>{html.escape(chr(10).join(mounts))}</pre>" if mounts else "<p class='note'>no mounts</p>"
         )
+    return body
+
+
+def _host_state_section(data: ReportData) -> list[str]:
+    """The drift sentinel over the experiment and the settle wait before every trial."""
+    body = ["<h2>The host during the experiment</h2>"]
+    body += [f"<p class='note'>{html.escape(line)}</p>" for line in data.host_state_lines()]
+    if data.sentinels:
+        series = {
+            host_state.sentinel.PARTS[name].label if name in host_state.sentinel.PARTS else name: (
+                [
+                    s.after_trial + 1 if s.after_trial is not None else 0
+                    for s in data.sentinels
+                    if name in s.parts
+                ],
+                [s.parts[name] for s in data.sentinels if name in s.parts],
+            )
+            for name in dict.fromkeys(n for s in data.sentinels for n in s.parts)
+        }
+        body.append(figure(plots.sentinel_figure(series), "sentinel-plot"))
+    rows = host_state.settle_rows(data.runs)
+    if rows:
+        body.append(
+            figure(
+                plots.settle_figure(
+                    [int(r[0]) for r in rows], [float(r[3]) for r in rows], [float(r[4]) for r in rows]
+                ),
+                "settle-plot",
+            )
+        )
+        body.append("<details><summary>settle wait per trial</summary>")
+        body.append(table(host_state.SETTLE_HEADER, rows))
+        body.append("</details>")
     return body

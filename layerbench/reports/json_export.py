@@ -4,13 +4,16 @@ import json
 import math
 from typing import Any
 
+from layerbench import drift
 from layerbench.reports.base import ReportData, register
 from layerbench.store import run_columns
 
 # 2: every run carries `samples`, its time series (see the README).
 # 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
 #    equivalence, ci_level (the median's interval), ratio_ci_level and median_ratio.
-SCHEMA_VERSION = 3
+# 4: `sentinels` (the drift probes) and `drift` (each part's trend over the experiment);
+#    a run's facts carry its settle_* wait.
+SCHEMA_VERSION = 4
 
 
 @register("json")
@@ -46,6 +49,17 @@ def render(data: ReportData) -> str:
             }
             for run in data.runs
         ],
+        "sentinels": [
+            {
+                "seq": s.seq,
+                "taken": s.taken,
+                "after_trial": s.after_trial,
+                "cost_s": s.cost_s,
+                "parts": s.parts,
+            }
+            for s in data.sentinels
+        ],
+        "drift": [m.as_dict() for m in drift.within(data.sentinels)],
         "warnings": data.warnings,
     }
     return json.dumps(finite(document), indent=2, allow_nan=False) + "\n"

@@ -17,6 +17,7 @@ def render(data: ReportData) -> str:
         f"{experiment['seed']}, baseline `{data.baseline}`.",
         "",
         *(f"- {line}" for line in host_lines(experiment["host"])),
+        *(f"- {line}" for line in data.host_state_lines()),
         "",
         "### Stacks",
         "",

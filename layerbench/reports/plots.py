@@ -197,3 +197,33 @@ def timeseries_figure(panels: list[Series]) -> str:
     axes[1, 0].legend(fontsize=7, loc="upper right")
     figure.tight_layout()
     return to_svg(figure)
+
+
+def sentinel_figure(series: dict[str, tuple[list[int], list[float]]]) -> str:
+    """Each sentinel part over the experiment, relative to its own first probe's value,
+    against the trial the probe followed: a host that drifts shows as a line leaving 1."""
+    figure, axis = pyplot().subplots(figsize=(6.4, 2.8))
+    for label, (trials, values) in series.items():
+        if values and values[0] > 0:
+            axis.plot(trials, [v / values[0] for v in values], marker="o", markersize=3, label=label)
+    axis.axhline(1.0, color=BASELINE, linestyle="--", linewidth=0.8)
+    axis.set_xlabel("trials run before the probe")
+    axis.set_ylabel("time / first probe's")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    return to_svg(figure)
+
+
+def settle_figure(trials: list[int], waited: list[float], busy: list[float]) -> str:
+    """The settle wait before each trial's timed run, in trial order."""
+    figure, axis = pyplot().subplots(figsize=(6.4, 2.4))
+    axis.bar(trials, waited, color=BASELINE, label="waited")
+    axis.bar(trials, busy, color=SIGNIFICANT, label="of which devices busy")
+    axis.set_xlabel("trial")
+    axis.set_ylabel("seconds")
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3, axis="y")
+    axis.legend(fontsize=7, loc="upper right")
+    figure.tight_layout()
+    return to_svg(figure)

@@ -18,6 +18,7 @@ def build(data: ReportData) -> list[object]:
         f"({experiment['status']}; started {experiment['started']}; seed {experiment['seed']}; "
         f"baseline {data.baseline})",
         *host_lines(experiment["host"]),
+        *data.host_state_lines(),
     ]
     for workload in data.workloads:
         header, rows = stack_table(data, workload)

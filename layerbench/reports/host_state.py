@@ -1,0 +1,84 @@
+"""What the host did around the runs: the settle wait before each timed run and the drift
+sentinel between rounds. Shared by every report format (not a format itself)."""
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from layerbench import drift, sentinel
+from layerbench.sizes import format_size
+
+
+def settle_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per trial: how long it waited for quiet devices before its timed run."""
+    rows = []
+    for run in runs:
+        facts = run["facts"]
+        if "settle_waited_s" not in facts:
+            continue
+        rows.append(
+            [
+                str(run["trial"]),
+                run["stack"],
+                run["workload"],
+                f"{facts['settle_waited_s']:.3f}",
+                f"{facts.get('settle_busy_s', 0):.3f}",
+                str(facts.get("settle_in_flight", 0)),
+                format_size(facts.get("settle_written_bytes", 0)),
+                format_size(facts.get("settle_discarded_bytes", 0)),
+                "yes" if facts.get("settle_timed_out") else "",
+            ]
+        )
+    return rows
+
+
+SETTLE_HEADER = [
+    "trial",
+    "stack",
+    "workload",
+    "waited s",
+    "busy s",
+    "in flight",
+    "written",
+    "discarded",
+    "timed out",
+]
+
+
+def settle_line(runs: list[dict[str, Any]]) -> str | None:
+    waits = [r["facts"]["settle_waited_s"] for r in runs if "settle_waited_s" in r["facts"]]
+    if not waits:
+        return None
+    slowest = max(runs, key=lambda r: r["facts"].get("settle_waited_s", -1))
+    timed_out = sum(bool(r["facts"].get("settle_timed_out")) for r in runs)
+    line = (
+        f"settle before each timed run: median {float(np.median(waits)):.2f} s, longest "
+        f"{max(waits):.2f} s (trial {slowest['trial']}, {slowest['stack']} × {slowest['workload']})"
+    )
+    return line + (f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else "")
+
+
+def _seconds_between(started: str | None, finished: str | None) -> float | None:
+    if not started or not finished:
+        return None
+    return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+
+
+def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) -> str | None:
+    """The sentinel's medians and what it cost."""
+    if not samples:
+        return None
+    cost = sum(s.cost_s for s in samples)
+    medians = ", ".join(
+        f"{name} {1000 * float(np.median([s.parts[name] for s in samples if name in s.parts])):.1f} ms"
+        for name in sentinel.PARTS
+        if any(name in s.parts for s in samples)
+    )
+    line = f"drift sentinel: {len(samples)} probes (median {medians}); cost {cost:.1f} s"
+    total = _seconds_between(experiment.get("started"), experiment.get("finished"))
+    return line + (f", {100 * cost / total:.1f} % of the experiment" if total else "")
+
+
+def drift_warning(samples: list[sentinel.Sample]) -> str | None:
+    return drift.sentence(drift.within(samples), where="during the experiment (later half against earlier)")
