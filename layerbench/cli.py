@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from layerbench import __version__, doctor, footprint, namespace, validity
-from layerbench.compare import compare, load_side
+from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
 from layerbench.executors.local import LocalExecutor
@@ -338,7 +338,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    records = Store(_existing_db(args.db)).history()
+    db = _existing_db(args.db)
+    records = trends(db, Store(db).history())
     return _emit(history_formats.FORMATS[args.format](records), None)
 
 

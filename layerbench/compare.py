@@ -1,16 +1,28 @@
-"""Two experiments side by side (the same plan on two kernels, two machines, two months):
-per (stack, workload) the ratio B/A of median wall times with a 95 % bootstrap CI and a
-Mann-Whitney verdict, and the host metadata that differs."""
+"""Two experiments side by side (the same plan on two kernels, two machines, two months).
 
-from dataclasses import dataclass
+- relative (first): each stack's cost against its own experiment's baseline, B's against
+  A's: per round, the stack's wall time over the baseline's in the same round; then B's
+  per-round ratios against A's, one family of comparisons with the design of the
+  statistics (rank-sum or Welch on logs, Holm, an interval at its real level). A host that
+  got uniformly slower or faster between the two cancels out here.
+- absolute (beside it): B's wall times against A's, the same way.
+- drift: whether the host itself moved between them, read from the baseline's absolute
+  comparison and the two experiments' drift sentinels (drift.py); when it did, one line
+  says so first, with the figures, because the absolute times are then not comparable.
+"""
+
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerbench import stats
+import numpy as np
+
+from layerbench import drift, sentinel, stats
 from layerbench.errors import UserError
 from layerbench.store import Store
 
 METRIC = "wall_s"
+SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
 
 
 @dataclass
@@ -18,6 +30,19 @@ class Side:
     db: Path
     experiment: dict[str, Any]
     runs: list[dict[str, Any]]
+    sentinels: list[sentinel.Sample] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> str:
+        return str(self.experiment["baseline"])
+
+    def round_ratios(self, stack: str, workload: str) -> list[float]:
+        """The stack's wall time over the baseline's, per round both ran in (by repetition;
+        a re-run of a disturbed trial stands in for its round)."""
+        groups = stats.measured(self.runs)
+        own = {r["rep"]: r[METRIC] for r in groups.get((stack, workload), [])}
+        base = {r["rep"]: r[METRIC] for r in groups.get((self.baseline, workload), [])}
+        return [own[rep] / base[rep] for rep in sorted(own.keys() & base.keys()) if base[rep] > 0]
 
     @property
     def label(self) -> str:
@@ -30,26 +55,84 @@ class Side:
         return [(s, w) for w in plan["workloads"] for s in plan["stacks"]]
 
 
+@dataclass(frozen=True)
+class Drift:
+    """Did the host move between A and B? The baseline's absolute rows and the sentinel."""
+
+    baseline_moves: list[stats.Summary]  # the baseline's absolute rows that moved materially
+    sentinel_moves: list[drift.Movement]  # every part compared (moved or not)
+    sentinel_compared: bool
+
+    @property
+    def host_changed(self) -> bool:
+        return bool(self.baseline_moves or drift.moved(self.sentinel_moves))
+
+    def line(self) -> str | None:
+        if not self.host_changed:
+            return None
+        said = []
+        if self.baseline_moves:
+            said.append(
+                "the baseline's elapsed time moved "
+                + ", ".join(f"x{r.ratio:.2f} on {r.workload}" for r in self.baseline_moves)
+            )
+        if moved := drift.moved(self.sentinel_moves):
+            said.append("the sentinel's " + ", ".join(m.phrase() for m in moved))
+        return (
+            " and ".join(said) + ": the host changed between these experiments; absolute times are not "
+            "comparable, compare the relative costs"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host_changed": self.host_changed,
+            "line": self.line(),
+            "baseline_moves": [
+                {
+                    "workload": r.workload,
+                    "ratio": r.ratio,
+                    "ci_low": r.ratio_ci_low,
+                    "ci_high": r.ratio_ci_high,
+                }
+                for r in self.baseline_moves
+            ],
+            "sentinel_compared": self.sentinel_compared,
+            "sentinel": [m.as_dict() for m in self.sentinel_moves],
+        }
+
+
 @dataclass
 class Comparison:
     a: Side
     b: Side
-    rows: list[stats.Summary]  # ratio = B / A; verdict says how B fares against A
+    rows: list[stats.Summary]  # absolute: ratio = B / A; verdict says how B fares against A
     host_differences: list[tuple[str, Any, Any]]
     only_in_a: list[tuple[str, str]]
     only_in_b: list[tuple[str, str]]
     plans_differ: bool
+    relative: list[stats.Summary] = field(default_factory=list)  # ratio = B's relative cost / A's
+    drift: Drift = field(default_factory=lambda: Drift([], [], False))
+
+    def agreeing(self) -> tuple[int, int]:
+        """(relative comparisons without a significant difference, relative comparisons decided
+        or not): how far the two experiments repeat each other."""
+        compared = [r for r in self.relative if r.ratio is not None]
+        return sum(not r.significant for r in compared), len(compared)
 
     def as_dict(self) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             keys = ("id", "name", "status", "started", "finished", "baseline")
             return {k: s.experiment[k] for k in keys} | {"db": str(s.db), "host": s.experiment["host"]}
 
+        agree, compared = self.agreeing()
         return {
-            "schema_version": 1,
+            "schema_version": SCHEMA_VERSION,
             "metric": METRIC,
             "a": side(self.a),
             "b": side(self.b),
+            "drift": self.drift.as_dict(),
+            "relative": [row.as_dict() for row in self.relative],
+            "relative_agree": {"agree": agree, "compared": compared},
             "rows": [row.as_dict() for row in self.rows],
             "host_differences": [{"key": k, "a": va, "b": vb} for k, va, vb in self.host_differences],
             "only_in_a": [{"stack": s, "workload": w} for s, w in self.only_in_a],
@@ -88,7 +171,7 @@ def load_side(db: Path, experiment_id: int | None) -> Side:
         ident = experiment_id if experiment_id is not None else store.latest_experiment_id()
         if ident is None:
             raise UserError(f"{db}: holds no experiment yet")
-        return Side(db, store.experiment(ident), store.runs(ident))
+        return Side(db, store.experiment(ident), store.runs(ident), store.sentinels(ident))
     finally:
         store.close()
 
@@ -107,7 +190,8 @@ def compare(a: Side, b: Side) -> Comparison:
         if (stack, workload) in pairs_a
     ]
     # A is the reference for B: every pair present in both is one comparison of one family.
-    rows = stats.compare_samples(entries, METRIC, stats.Design.of_plan(b.experiment["plan"]))
+    design = stats.Design.of_plan(b.experiment["plan"])
+    rows = stats.compare_samples(entries, METRIC, design)
     return Comparison(
         a=a,
         b=b,
@@ -116,4 +200,58 @@ def compare(a: Side, b: Side) -> Comparison:
         only_in_a=[p for p in pairs_a if p not in pairs_b],
         only_in_b=[p for p in pairs_b if p not in pairs_a],
         plans_differ=a.experiment["plan"] != b.experiment["plan"],
+        relative=relative(a, b, design),
+        drift=drift_between(a, b, rows, design),
     )
+
+
+def relative(a: Side, b: Side, design: stats.Design) -> list[stats.Summary]:
+    """Per (stack, workload) both ran, other than their baselines: B's per-round ratios to its
+    baseline against A's, one family (the ratio of ratios, B / A)."""
+    pairs_a = set(a.pairs())
+    entries = [
+        (stack, workload, b.round_ratios(stack, workload), a.round_ratios(stack, workload))
+        for stack, workload in b.pairs()
+        if (stack, workload) in pairs_a and stack not in (a.baseline, b.baseline)
+    ]
+    return stats.compare_samples(entries, METRIC, design)  # ratios of wall times: slower, faster
+
+
+def drift_between(a: Side, b: Side, absolute: list[stats.Summary], design: stats.Design) -> Drift:
+    """The baseline moved when its absolute comparison is significant and beyond the plan's
+    equivalence margin; the sentinel, when a part moved (drift.between)."""
+    margin = max(design.equivalence, 0.05)
+    baseline_moves = [
+        row
+        for row in absolute
+        if row.stack == b.baseline
+        and row.significant
+        and row.ratio is not None
+        and abs(float(np.log(row.ratio))) > np.log1p(margin)
+    ]
+    moves = drift.between(a.sentinels, b.sentinels)
+    return Drift(baseline_moves, moves, bool(moves))
+
+
+def trends(db: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`history`: each experiment against the previous finished one of the same plan name,
+    as compare would put it: did the host move, and how many relative costs repeat."""
+    previous: dict[str, int] = {}
+    found = []
+    for record in records:
+        earlier = previous.get(record["name"])
+        trend: dict[str, Any] | None = None
+        if earlier is not None and record["status"] == "done":
+            comparison = compare(load_side(db, earlier), load_side(db, record["id"]))
+            agree, compared = comparison.agreeing()
+            trend = {
+                "previous": earlier,
+                "host_changed": comparison.drift.host_changed,
+                "line": comparison.drift.line(),
+                "relative_agree": agree,
+                "relative_compared": compared,
+            }
+        if record["status"] == "done":
+            previous[record["name"]] = record["id"]
+        found.append(record | {"against_previous": trend})
+    return found

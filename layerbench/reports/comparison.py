@@ -1,4 +1,6 @@
-"""The formats of `layerbench compare`: text, markdown, json, html."""
+"""The formats of `layerbench compare`: text, markdown, json, html. Each shows, in this
+order: the drift line (when the host moved), the relative costs, the absolute times, the
+sentinel's parts side by side, and the host differences."""
 
 import html as html_escape
 import io
@@ -10,7 +12,7 @@ from rich.table import Table
 
 from layerbench import stats
 from layerbench.compare import Comparison
-from layerbench.reports import plots
+from layerbench.reports import host_state, plots
 from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
 from layerbench.reports.html import bullet_list, figure, page, table
 from layerbench.reports.json_export import finite
@@ -49,6 +51,81 @@ def rows(comparison: Comparison) -> list[list[str]]:
     return result
 
 
+RELATIVE_HEADER = [
+    "stack",
+    "workload",
+    "A: stack / baseline",
+    "B: stack / baseline",
+    "B/A of those [CI, level]",
+    "p adj.",
+    "verdict",
+    "rounds A/B",
+]
+
+
+def relative_rows(comparison: Comparison) -> list[list[str]]:
+    result = []
+    for row in comparison.relative:
+        values_a = comparison.a.round_ratios(row.stack, row.workload)
+        reference = stats.describe(row.stack, row.workload, row.metric, values_a)
+        verdict = {"slower": "B relatively slower", "faster": "B relatively faster"}.get(
+            row.decision, row.verdict
+        )
+        result.append(
+            [
+                row.stack,
+                row.workload,
+                _x(reference.median),
+                _x(row.median),
+                fmt_ratio(row),
+                "-" if row.p_adjusted is None else f"{row.p_adjusted:.3f}",
+                verdict,
+                f"{reference.n}/{row.n}",
+            ]
+        )
+    return result
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"x{value:.2f}"
+
+
+SENTINEL_HEADER = ["sentinel part", "A median", "B median", "B/A [CI]", "p adj.", "moved"]
+
+
+def sentinel_rows(comparison: Comparison) -> list[list[str]]:
+    def median_ms(side_samples: list, part: str) -> str:
+        values = [s.parts[part] for s in side_samples if part in s.parts]
+        return f"{1000 * sorted(values)[len(values) // 2]:.1f} ms" if values else "-"
+
+    return [
+        [
+            move.label,
+            median_ms(comparison.a.sentinels, move.part),
+            median_ms(comparison.b.sentinels, move.part),
+            f"x{move.ratio:.2f} [{move.low:.2f}-{move.high:.2f}]"
+            if move.low is not None
+            else f"x{move.ratio:.2f}",
+            f"{move.p_adjusted:.3f}",
+            "yes" if move.moved else "no",
+        ]
+        for move in comparison.drift.sentinel_moves
+    ]
+
+
+def drift_lines(comparison: Comparison) -> list[str]:
+    """First thing a reader sees: whether the host moved between A and B."""
+    if line := comparison.drift.line():
+        return [f"host changed: {line}"]
+    agree, compared = comparison.agreeing()
+    said = f"relative costs: {agree} of {compared} comparisons agree" if compared else None
+    if not comparison.drift.sentinel_compared:
+        sentinel = "no sentinel to compare (an experiment ran without one or with too few probes)"
+    else:
+        sentinel = "the sentinel did not move"
+    return [f"host steady: the baseline did not move materially; {sentinel}" + (f"; {said}" if said else "")]
+
+
 def notes(comparison: Comparison) -> list[str]:
     found = []
     if comparison.plans_differ:
@@ -71,12 +148,32 @@ def render_text(comparison: Comparison) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=160, color_system=None, highlight=False)
     console.print(title(comparison))
-    result = Table(title="wall time, B against A", title_justify="left")
+    for line in drift_lines(comparison):
+        console.print(line)
+    if comparison.relative:
+        relative = Table(
+            title="relative cost (each stack against its own baseline), B against A", title_justify="left"
+        )
+        for column in RELATIVE_HEADER:
+            relative.add_column(
+                column, justify="left" if column in ("stack", "workload", "verdict") else "right"
+            )
+        for row in relative_rows(comparison):
+            relative.add_row(*row)
+        console.print(relative)
+    result = Table(title="absolute wall time, B against A", title_justify="left")
     for column in HEADER:
         result.add_column(column, justify="left" if column in ("stack", "workload", "verdict") else "right")
     for row in rows(comparison):
         result.add_row(*row)
     console.print(result)
+    if comparison.drift.sentinel_moves:
+        probes = Table(title="drift sentinel, B against A", title_justify="left")
+        for column in SENTINEL_HEADER:
+            probes.add_column(column, justify="left" if column == "sentinel part" else "right")
+        for row in sentinel_rows(comparison):
+            probes.add_row(*row)
+        console.print(probes)
     hosts = Table(title="host differences", title_justify="left")
     for column in ("key", "A", "B"):
         hosts.add_column(column)
@@ -93,8 +190,22 @@ def _md_row(cells: list[str]) -> str:
 
 
 def render_markdown(comparison: Comparison) -> str:
-    lines = ["## layerbench comparison", "", title(comparison), "", "### Wall time, B against A", ""]
+    lines = [
+        "## layerbench comparison",
+        "",
+        title(comparison),
+        "",
+        *(f"**{line}**" for line in drift_lines(comparison)),
+    ]
+    if comparison.relative:
+        lines += ["", "### Relative cost (each stack against its own baseline), B against A", ""]
+        lines += [_md_row(RELATIVE_HEADER), _md_row(["---"] * len(RELATIVE_HEADER))]
+        lines += [_md_row(r) for r in relative_rows(comparison)]
+    lines += ["", "### Absolute wall time, B against A", ""]
     lines += [_md_row(HEADER), _md_row(["---"] * len(HEADER)), *(_md_row(r) for r in rows(comparison))]
+    if comparison.drift.sentinel_moves:
+        lines += ["", "### Drift sentinel, B against A", "", _md_row(SENTINEL_HEADER)]
+        lines += [_md_row(["---"] * len(SENTINEL_HEADER)), *(_md_row(r) for r in sentinel_rows(comparison))]
     lines += ["", "### Host differences", ""]
     if comparison.host_differences:
         lines += [
@@ -128,13 +239,35 @@ def render_html(comparison: Comparison) -> str:
     body = [
         "<h1>layerbench comparison</h1>",
         f"<p>{html_escape.escape(title(comparison))}</p>",
-        "<h2>Wall time, B against A</h2>",
-        "<p class='note'>Ratio of median wall times B / A with the 95 % bootstrap interval; red and "
-        "starred: significant (Mann-Whitney, alpha 0.05).</p>",
+        *(f"<p><b>{html_escape.escape(line)}</b></p>" for line in drift_lines(comparison)),
+    ]
+    if comparison.relative:
+        body += [
+            "<h2>Relative cost, B against A</h2>",
+            "<p class='note'>Each stack's wall time over its own experiment's baseline in the same round; "
+            "B's ratios against A's. A host that got slower or faster for every stack cancels here.</p>",
+            table(RELATIVE_HEADER, relative_rows(comparison)),
+        ]
+    body += [
+        "<h2>Absolute wall time, B against A</h2>",
+        "<p class='note'>B / A with its interval at the level its verdict was decided at; red and "
+        "starred: significant after the correction for many comparisons.</p>",
     ]
     if panels:
         body.append(figure(plots.ratio_figure(panels, xlabel="wall time ratio B / A"), "ratio-plot"))
     body.append(table(HEADER, rows(comparison)))
+    if comparison.drift.sentinel_moves:
+        series = host_state.sentinel_series(
+            {"A ": comparison.a.sentinels, "B ": comparison.b.sentinels}, comparison.a.sentinels
+        )
+        chart = plots.sentinel_figure(
+            series, xlabel="minutes since A's first probe", ylabel="time / A's median"
+        )
+        body += [
+            "<h2>Drift sentinel, B against A</h2>",
+            figure(chart, "sentinel-plot"),
+            table(SENTINEL_HEADER, sentinel_rows(comparison)),
+        ]
     body.append("<h2>Host differences</h2>")
     body.append(
         table(["key", "A", "B"], host_rows(comparison)) if comparison.host_differences else "<p>none</p>"

@@ -82,3 +82,26 @@ def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) ->
 
 def drift_warning(samples: list[sentinel.Sample]) -> str | None:
     return drift.sentence(drift.within(samples), where="during the experiment (later half against earlier)")
+
+
+def sentinel_series(
+    sides: dict[str, list[sentinel.Sample]], reference: list[sentinel.Sample]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per side and part: (minutes since the first probe of all, the probe's time over the
+    reference's median of that part)."""
+    stamps = [datetime.fromisoformat(s.taken) for side in sides.values() for s in side if s.taken]
+    start = min(stamps) if stamps else None
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for prefix, samples in sides.items():
+        for name in dict.fromkeys(n for s in samples for n in s.parts):
+            base = [s.parts[name] for s in reference if s.parts.get(name)]
+            if not base or start is None:
+                continue
+            middle = float(np.median(base))
+            label = sentinel.PARTS[name].label if name in sentinel.PARTS else name
+            chosen = [s for s in samples if name in s.parts]
+            series[f"{prefix}{label}"] = (
+                [(datetime.fromisoformat(s.taken) - start).total_seconds() / 60 for s in chosen],
+                [s.parts[name] / middle for s in chosen],
+            )
+    return series

@@ -237,18 +237,11 @@ def _host_state_section(data: ReportData) -> list[str]:
     body = ["<h2>The host during the experiment</h2>"]
     body += [f"<p class='note'>{html.escape(line)}</p>" for line in data.host_state_lines()]
     if data.sentinels:
-        series = {
-            host_state.sentinel.PARTS[name].label if name in host_state.sentinel.PARTS else name: (
-                [
-                    s.after_trial + 1 if s.after_trial is not None else 0
-                    for s in data.sentinels
-                    if name in s.parts
-                ],
-                [s.parts[name] for s in data.sentinels if name in s.parts],
-            )
-            for name in dict.fromkeys(n for s in data.sentinels for n in s.parts)
-        }
-        body.append(figure(plots.sentinel_figure(series), "sentinel-plot"))
+        series = host_state.sentinel_series({"": data.sentinels}, data.sentinels)
+        chart = plots.sentinel_figure(
+            series, xlabel="minutes into the experiment", ylabel="time / the part's median"
+        )
+        body.append(figure(chart, "sentinel-plot"))
     rows = host_state.settle_rows(data.runs)
     if rows:
         body.append(

@@ -199,16 +199,15 @@ def timeseries_figure(panels: list[Series]) -> str:
     return to_svg(figure)
 
 
-def sentinel_figure(series: dict[str, tuple[list[int], list[float]]]) -> str:
-    """Each sentinel part over the experiment, relative to its own first probe's value,
-    against the trial the probe followed: a host that drifts shows as a line leaving 1."""
+def sentinel_figure(series: dict[str, tuple[list[float], list[float]]], *, xlabel: str, ylabel: str) -> str:
+    """Each sentinel part over time, as a share of a reference value (1 = unchanged): a
+    host that drifts shows as a line leaving 1."""
     figure, axis = pyplot().subplots(figsize=(6.4, 2.8))
-    for label, (trials, values) in series.items():
-        if values and values[0] > 0:
-            axis.plot(trials, [v / values[0] for v in values], marker="o", markersize=3, label=label)
+    for label, (where, values) in series.items():
+        axis.plot(where, values, marker="o", markersize=3, label=label)
     axis.axhline(1.0, color=BASELINE, linestyle="--", linewidth=0.8)
-    axis.set_xlabel("trials run before the probe")
-    axis.set_ylabel("time / first probe's")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, loc="upper left")
     figure.tight_layout()
