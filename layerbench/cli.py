@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, footprint, namespace, validity
+from layerbench import __version__, doctor, footprint, namespace, repeatability, validity
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
     selftest.add_argument("--db", type=Path, help="keep the checks' experiments here (default: discard)")
     selftest.add_argument("--size", default="512M", help="bytes the known-effect check writes per run")
+    selftest.add_argument(
+        "--repro",
+        action="store_true",
+        help="instead: one small plan twice back to back, then compare (do the answers repeat?)",
+    )
 
     clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
     clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
@@ -406,9 +411,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(f"--size: {exc}") from None
     check_root(args.scratch)
-    checks = validity.selftest(
-        args.scratch, args.db, size=args.size, report=lambda check: out.print(check.line(), markup=False)
-    )
+    show = lambda check: out.print(check.line(), markup=False)  # noqa: E731
+    if args.repro:
+        checks = repeatability.selftest_repro(args.scratch, args.db, report=show)
+    else:
+        checks = validity.selftest(args.scratch, args.db, size=args.size, report=show)
     failed = [c for c in checks if not c.passed]
     out.print(f"selftest: {len(checks) - len(failed)} of {len(checks)} checks passed")
     return 1 if failed else 0

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from layerbench import namespace, stats
+from layerbench import namespace, repeatability, stats
+from layerbench.check import Check
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
@@ -86,16 +87,6 @@ kind = "metadata"
 files = 2000
 size = "4K"
 """
-
-
-@dataclass
-class Check:
-    name: str
-    figure: str
-    passed: bool
-
-    def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.figure}"
 
 
 # ---- on simulated samples ---------------------------------------------------------------
@@ -438,6 +429,7 @@ def selftest(
         scratch.clean()
         with _store(db) as store:
             decided(aa_real_check(run_plan(aa_plan(), scratch, store)))
+            decided(repeatability.settle_check(scratch, store))
             for check in known_effect_checks(run_plan(known_effect_plan(size), scratch, store)):
                 decided(check)
     finally:
