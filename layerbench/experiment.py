@@ -45,7 +45,7 @@ class Experiment:
         self._stacks_seen: set[str] = set()
         self._finished: set[int] = set()  # trial indices already stored (when resuming)
         self._disturbed: dict[tuple[str, str], list[bool]] = {}  # per measured run so far: disturbed?
-        self._probe = _ProbeClock(len(plan.stacks) * len(plan.workloads))
+        self._probe = _ProbeClock()
 
     @classmethod
     def resume(cls, store: Store, executor: Executor, experiment_id: int) -> "Experiment":
@@ -135,7 +135,7 @@ class Experiment:
         return result
 
     def _sentinel(self, after_trial: int | None, *, force: bool) -> None:
-        """The drift probe between rounds, outside every timed run, within its budget."""
+        """The drift probe between trials, outside every timed run, within its budget."""
         assert self.id is not None
         if not self.plan.sentinel or not self._probe.wanted(force):
             return
@@ -186,11 +186,10 @@ class Experiment:
 
 
 class _ProbeClock:
-    """When the next sentinel is due: after a round's worth of trials (stacks x workloads),
-    and only if the time since the last probe keeps the sentinel within its budget."""
+    """When the next sentinel is due: after any trial, once the time since the last probe
+    keeps the sentinel within its budget (sentinel.BUDGET of the experiment's time)."""
 
-    def __init__(self, round_size: int) -> None:
-        self.round_size = max(1, round_size)
+    def __init__(self) -> None:
         self.seq = 0
         self.trials_since = 0
         self.last_at = time.monotonic()
@@ -200,8 +199,6 @@ class _ProbeClock:
         if force:
             return True
         self.trials_since += 1
-        if self.trials_since < self.round_size:
-            return False
         return sentinel.due(time.monotonic() - self.last_at, self.last_cost_s)
 
     def took(self, cost_s: float) -> None:

@@ -77,7 +77,7 @@ def document(db: Path) -> dict:
 
 
 def test_json_schema_2_carries_each_runs_samples(document: dict) -> None:
-    assert document["schema_version"] == 3
+    assert document["schema_version"] == 4
     runs = document["runs"]
     assert len(runs) == RUNS
     for run in runs:
@@ -156,9 +156,16 @@ def test_html_is_one_self_contained_page(db: Path, document: dict, tmp_path: Pat
     page = target.read_text()
     parser = _Figures()
     parser.feed(page)
-    expected = {"ratio-plot", "runs-plot", *(f"series-{s}" for s in STACKS)}
+    expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
     assert set(parser.figures) == expected and all(parser.figures.values())
-    for heading in ("Hardware/OS", "Stacks", "Warnings", "The plan", "During the runs"):
+    for heading in (
+        "Hardware/OS",
+        "Stacks",
+        "Warnings",
+        "The plan",
+        "During the runs",
+        "The host during the experiment",
+    ):
         assert heading in parser.headings
     # Nothing is fetched: no external script, stylesheet, image or font.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
@@ -262,8 +269,47 @@ def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
     ).stdout
     parser = _Figures()
     parser.feed(html)
-    assert parser.figures == {"ratio-plot": 1} and "Host differences" in parser.headings
+    assert parser.figures["ratio-plot"] == 1 and "Host differences" in parser.headings
+    assert "Relative cost, B against A" in parser.headings
     assert str(other) in html
+
+
+def test_json_has_the_settle_wait_of_every_run_and_the_sentinel(document: dict) -> None:
+    for run in document["runs"]:
+        facts = run["facts"]
+        assert 0 <= facts["settle_busy_s"] <= facts["settle_waited_s"] < 10, facts
+        assert facts["settle_timed_out"] in (False, True)
+    probes = document["sentinels"]
+    assert len(probes) >= 2 and probes[0]["after_trial"] is None
+    assert [p["seq"] for p in probes] == list(range(len(probes)))
+    for probe in probes:
+        assert set(probe["parts"]) == {"cpu", "memory", "scratch_fs", "device"}
+        assert all(0 < v < 5 for v in probe["parts"].values())
+    assert isinstance(document["drift"], list)
+
+
+def test_compare_relative_costs_and_drift(db: Path) -> None:
+    """The same plan twice on one host: relative rows for every non-baseline pair, whose
+    verdicts agree with their intervals; a drift verdict from the two sentinels; the text
+    says first whether the host moved."""
+    document = json.loads(cli("compare", "1", "2", "--db", str(db), "--format", "json", check=True).stdout)
+    assert document["schema_version"] == 2
+    relative = document["relative"]
+    assert {(r["stack"], r["workload"]) for r in relative} == {
+        (s, w) for s in STACKS if s != "disk" for w in WORKLOADS
+    }
+    for row in relative:
+        assert row["n"] == 4
+        excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
+        assert excludes == (row["decision"] in ("slower", "faster")), row
+    drift = document["drift"]
+    if drift["sentinel_compared"]:  # a short experiment keeps few probes within its budget
+        assert {m["part"] for m in drift["sentinel"]} == {"cpu", "memory", "scratch_fs", "device"}
+    assert drift["host_changed"] == bool(drift["line"])
+    agree = document["relative_agree"]
+    assert agree["compared"] == len(relative) and 0 <= agree["agree"] <= agree["compared"]
+    first = cli("compare", "1", "2", "--db", str(db), check=True).stdout.splitlines()[1]
+    assert first.startswith("host changed: ") or first.startswith("host steady: ")
 
 
 def test_compare_shows_host_differences(db: Path, tmp_path: Path) -> None:

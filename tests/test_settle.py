@@ -1,0 +1,65 @@
+"""settle: waiting for quiet devices before a timed run, on this host's real disk."""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from helpers import TEST_ROOT
+
+from layerbench import settle
+
+
+def _disks() -> list[str]:
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)
+    return settle.scratch_devices(TEST_ROOT)
+
+
+def test_the_scratch_roots_disk_is_found_and_read() -> None:
+    disks = _disks()
+    assert disks and all(Path("/sys/block", name).exists() for name in disks)
+    activity = settle.read_activity(disks)
+    assert activity.writes > 0 and activity.in_flight >= 0
+    assert settle.read_activity(["no-such-device"]) == settle.DeviceActivity()
+
+
+def test_a_quiet_wait_lasts_about_its_window() -> None:
+    settled = settle.wait_quiet(_disks(), quiet_s=0.05, timeout_s=10)
+    assert 0.05 <= settled.waited_s < 5 and settled.busy_s <= settled.waited_s
+
+
+def test_off_means_a_sync_and_no_wait() -> None:
+    settled = settle.wait_quiet(_disks(), quiet_s=0, timeout_s=10)
+    assert settled.waited_s < 5 and settled.busy_s == 0 and not settled.timed_out
+
+
+def test_a_writer_keeps_the_wait_going_and_is_counted(tmp_path: Path) -> None:
+    """While a thread writes and fsyncs for ~0.6 s, the devices are not quiet: the wait lasts
+    past the writer and counts what it wrote."""
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)
+    target = TEST_ROOT / f"settle-writer-{os.getpid()}"
+    stop = time.monotonic() + 0.6
+
+    def write() -> None:
+        with open(target, "wb") as handle:
+            while time.monotonic() < stop:
+                handle.write(b"\x01" * (1 << 20))
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        settled = settle.wait_quiet(_disks(), quiet_s=0.2, timeout_s=10)
+    finally:
+        writer.join()
+        target.unlink()
+    assert settled.busy_s >= 0.4 and settled.waited_s >= settled.busy_s + 0.2
+    assert settled.written_bytes >= 1 << 20 and not settled.timed_out
+    facts = settled.facts()
+    assert set(facts) == {f"settle_{k}" for k in settled.__dataclass_fields__}
+
+
+def test_a_wait_that_cannot_find_quiet_says_it_timed_out() -> None:
+    settled = settle.wait_quiet(_disks(), quiet_s=5, timeout_s=0.1)
+    assert settled.timed_out and settled.waited_s < 1
