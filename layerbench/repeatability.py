@@ -26,7 +26,10 @@ from layerbench.scratch import Scratch
 from layerbench.store import Store
 
 AGREEMENT = 0.90  # selftest --repro fails below this share of agreeing relative costs
-SETTLE_ROUNDS = 8
+SETTLE_ROUNDS = 10
+# A false "slower" here has a 0.5 % chance (one-sided at 0.01): a failed check means runs
+# leak into each other, not bad luck.
+SETTLE_ALPHA = 0.01
 DELETED = "1G"  # what the teardown before an "after deletion" run removes
 
 
@@ -36,6 +39,7 @@ name = "selftest-settle"
 reps = {SETTLE_ROUNDS}
 warmup = 0
 baseline = "after-idle"
+alpha = {SETTLE_ALPHA}
 [stacks.after-idle]
 layers = []
 [stacks.after-deletion]

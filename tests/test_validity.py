@@ -37,8 +37,9 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
     names = [line.split(":")[0] for line in lines]
     simulated = [n for n in names if "(simulated" in n]
     assert len(simulated) == 3 * 3 * 5 + 2, simulated  # 3 n x 3 designs x 5 figures, auto, sensitivity
-    assert names[-4:] == [
+    assert names[-5:] == [
         "PASS  A/A plumbing (real)",
+        "PASS  settle A/A (real)",
         "PASS  known effect",
         "PASS  known effect",
         "PASS  sensitivity (real, 10 % injected)",
