@@ -86,15 +86,15 @@ class LocalExecutor(Executor):
             failpoints.reached("stack-built")
             devices = built.devices()
             record = self._record(trial.stack, layers, built, devices)
-            settled: settle.Settled | None = None  # a guest settles its own devices
-            if built.elsewhere is not None:  # a vm layer: the rest runs in the guest
+            if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
+                settled = self._settle(setting, devices)  # the host's disks hold the guest's
                 counters, prepared = machine.run_elsewhere(built, workload, devices)
             else:
                 prepared = workload.prepare(ctx, built, resources)
                 counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
                 prepared.collect()
             failpoints.reached("run-finished")
-        facts = dict(prepared.facts) | (settled.facts() if settled else {})
+        facts = dict(prepared.facts) | settled.facts()
         return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record)
 
     def _timed(
@@ -109,11 +109,7 @@ class LocalExecutor(Executor):
     ) -> tuple[measure.RunCounters, settle.Settled]:
         if prepared.drop_caches:
             measure.drop_caches()
-        settled = settle.wait_quiet(
-            sorted({*devices, *self.scratch_disks}),
-            quiet_s=setting.plan.settle,
-            timeout_s=setting.plan.settle_timeout,
-        )
+        settled = self._settle(setting, devices)
         counters = measure.run_timed(
             prepared.argv,
             cwd=prepared.cwd,
@@ -127,6 +123,14 @@ class LocalExecutor(Executor):
             cpus=setting.plan.cpus,
         )
         return counters, settled
+
+    def _settle(self, setting: Setting, devices: list[str]) -> settle.Settled:
+        """Quiet devices under the scratch root and the stack before the timed run."""
+        return settle.wait_quiet(
+            sorted({*devices, *self.scratch_disks}),
+            quiet_s=setting.plan.settle,
+            timeout_s=setting.plan.settle_timeout,
+        )
 
     def _record(self, stack: str, layers: list[Any], built: BuiltStack, devices: list[str]) -> StackRecord:
         return StackRecord(
