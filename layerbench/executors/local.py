@@ -53,10 +53,13 @@ class LocalExecutor(Executor):
         for workload in workloads.values():
             workload.fetch()
 
-    def sentinel(self) -> tuple[dict[str, float], float]:
+    def sentinel(self) -> tuple[dict[str, float], float] | None:
         self._probes += 1
-        with self.scratch.directory("sentinel", f"p{os.getpid()}-{self._probes}", trial=False) as directory:
-            return sentinel.probe(directory)
+        try:
+            with self.scratch.directory("sentinel", f"p{os.getpid()}-{self._probes}", trial=False) as place:
+                return sentinel.probe(place)
+        except (OSError, SetupError):  # a full scratch file system: the trials will say so
+            return None
 
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
         started = now()
