@@ -113,6 +113,25 @@ class Comparison:
     relative: list[stats.Summary] = field(default_factory=list)  # ratio = B's relative cost / A's
     drift: Drift = field(default_factory=lambda: Drift([], [], False))
 
+    def resolution(self) -> float | None:
+        """The median relative interval's reach, as a factor either way (1.30: an interval
+        from x0.77 to x1.30): agreement means only that no change beyond about this showed."""
+        reach = [
+            (r.ratio_ci_high / r.ratio_ci_low) ** 0.5
+            for r in self.relative
+            if r.ratio_ci_low and r.ratio_ci_high and r.ratio_ci_high != float("inf")
+        ]
+        return float(np.median(reach)) if reach else None
+
+    def agreement(self) -> str | None:
+        """`9 of 9 relative costs agree (...)`, with what that can and cannot show."""
+        agree, compared = self.agreeing()
+        if not compared:
+            return None
+        reach = self.resolution()
+        said = f"{agree} of {compared} relative costs agree (no significant difference after the correction)"
+        return said + (f"; their median interval reaches x{reach:.2f} either way" if reach else "")
+
     def agreeing(self) -> tuple[int, int]:
         """(relative comparisons without a significant difference, relative comparisons decided
         or not): how far the two experiments repeat each other."""
@@ -132,7 +151,7 @@ class Comparison:
             "b": side(self.b),
             "drift": self.drift.as_dict(),
             "relative": [row.as_dict() for row in self.relative],
-            "relative_agree": {"agree": agree, "compared": compared},
+            "relative_agree": {"agree": agree, "compared": compared, "median_reach": self.resolution()},
             "rows": [row.as_dict() for row in self.rows],
             "host_differences": [{"key": k, "a": va, "b": vb} for k, va, vb in self.host_differences],
             "only_in_a": [{"stack": s, "workload": w} for s, w in self.only_in_a],
@@ -246,6 +265,7 @@ def trends(db: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             agree, compared = comparison.agreeing()
             trend = {
                 "previous": earlier,
+                "relative_reach": comparison.resolution(),
                 "host_changed": comparison.drift.host_changed,
                 "line": comparison.drift.line(),
                 "relative_agree": agree,

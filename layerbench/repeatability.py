@@ -166,8 +166,8 @@ def repro_checks(scratch: Scratch, db: Path) -> list[Check]:
     return [
         Check(
             "repro: relative costs",
-            f"experiments {ids[0]} and {ids[1]}: {agree} of {compared} relative comparisons agree "
-            f"({share:.0%}; need {AGREEMENT:.0%} unless the sentinel moved); absolute: {absolute_agree} of "
+            f"experiments {ids[0]} and {ids[1]}: {comparison.agreement()} ({share:.0%}; need "
+            f"{AGREEMENT:.0%} unless the sentinel moved); absolute: {absolute_agree} of "
             f"{len(comparison.rows)} agree; baseline B/A {baseline}",
             share >= AGREEMENT or bool(moved),
         ),

@@ -117,8 +117,7 @@ def drift_lines(comparison: Comparison) -> list[str]:
     """First thing a reader sees: whether the host moved between A and B."""
     if line := comparison.drift.line():
         return [f"host changed: {line}"]
-    agree, compared = comparison.agreeing()
-    said = f"relative costs: {agree} of {compared} comparisons agree" if compared else None
+    said = comparison.agreement()
     if not comparison.drift.sentinel_compared:
         sentinel = "no sentinel to compare (an experiment ran without one or with too few probes)"
     else:

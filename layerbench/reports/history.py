@@ -17,6 +17,8 @@ def _trend(record: dict[str, Any]) -> str:
     if not trend:
         return "-"
     agree = f"{trend['relative_agree']}/{trend['relative_compared']} relative costs agree"
+    if trend.get("relative_reach"):
+        agree += f" (reach x{trend['relative_reach']:.2f})"
     if trend["host_changed"]:
         return (
             f"vs {trend['previous']}: host changed ({trend['line'].split(': the host changed')[0]}); {agree}"
