@@ -224,7 +224,8 @@ for (const f of document.querySelectorAll('.figure')) {
     )
     dom = _chromium("--dump-dom", f"file://{probe}").stdout
     drawn = dict(re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+x\d+)\"", dom))
-    assert set(drawn) == {"ratio-plot", "runs-plot", *(f"series-{s}" for s in STACKS)}, dom[-2000:]
+    expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
+    assert set(drawn) == expected, dom[-2000:]
     for name, size in drawn.items():
         width, height = (int(v) for v in size.split("x"))
         assert width > 300 and height > 100, (name, size)
@@ -308,8 +309,10 @@ def test_compare_relative_costs_and_drift(db: Path) -> None:
     assert drift["host_changed"] == bool(drift["line"])
     agree = document["relative_agree"]
     assert agree["compared"] == len(relative) and 0 <= agree["agree"] <= agree["compared"]
-    first = cli("compare", "1", "2", "--db", str(db), check=True).stdout.splitlines()[1]
-    assert first.startswith("host changed: ") or first.startswith("host steady: ")
+    # After the title (which may wrap), before any table: whether the host moved.
+    text = cli("compare", "1", "2", "--db", str(db), check=True).stdout
+    said = [line for line in text.splitlines() if line.startswith(("host changed: ", "host steady: "))]
+    assert len(said) == 1 and text.index(said[0]) < text.index("relative cost (each stack")
 
 
 def test_compare_shows_host_differences(db: Path, tmp_path: Path) -> None:
