@@ -21,6 +21,9 @@ class Metric:
     headline: bool = False  # a column of the report's per-workload table
     explains: bool = False  # the why read-out may cite it as a counter that moved
     material: float = 0.0  # the least change of a median that can explain anything (why rule 2)
+    # Reported by the workload (its Prepared.metrics after the run), not by every run: fio's
+    # IOPS and latencies. A workload that does not report it has no summary row for it.
+    reported: bool = False
 
 
 METRICS: tuple[Metric, ...] = (
@@ -51,6 +54,41 @@ METRICS: tuple[Metric, ...] = (
     Metric("read_ios", "read requests to the device", "ios", integer=True, compared=False),
     Metric("write_ios", "write requests to the device", "ios", integer=True, compared=False),
     Metric("helper_cpu_s", "CPU of helper processes", "s", better="lower", headline=True),
+    *(
+        metric
+        for direction in ("read", "write")
+        for metric in (
+            Metric(f"{direction}_iops", f"{direction} IOPS", "ops/s", better="higher", reported=True),
+            Metric(
+                f"{direction}_bw_bytes", f"{direction} bandwidth", "bytes/s", better="higher", reported=True
+            ),
+            Metric(
+                f"{direction}_io_bytes",
+                f"{direction} bytes (fio)",
+                "bytes",
+                integer=True,
+                compared=False,
+                reported=True,
+            ),
+            *(
+                Metric(
+                    f"{direction}_clat_{name}_ns",
+                    f"{direction} completion latency {label}",
+                    "ns",
+                    better="lower",
+                    reported=True,
+                )
+                for name, label in (
+                    ("mean", "mean"),
+                    ("p50", "p50"),
+                    ("p90", "p90"),
+                    ("p99", "p99"),
+                    ("p999", "p99.9"),
+                )
+            ),
+        )
+    ),
+    Metric("fio_runtime_s", "fio's own runtime", "s", better="lower", reported=True),
 )
 
 BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
@@ -59,6 +97,11 @@ BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
 def compared() -> dict[str, Better]:
     """metric -> its better direction, for every metric the statistics compare."""
     return {m.name: m.better for m in METRICS if m.compared}
+
+
+def reported() -> tuple[str, ...]:
+    """The metrics a workload reports itself (not every run has them)."""
+    return tuple(m.name for m in METRICS if m.reported)
 
 
 def column_names() -> tuple[str, ...]:

@@ -159,7 +159,9 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def _check_kind(raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what: str) -> Any:
+def _check_kind(
+    raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what: str, plan_dir: Path | None = None
+) -> Any:
     if not isinstance(raw, dict):
         raise ValueError(f'{_where(where)}: a {what} is a table like {{ kind = "..." }}')
     kind = raw.get("kind")
@@ -169,7 +171,8 @@ def _check_kind(raw: Any, registry: dict[str, Any], where: tuple[Any, ...], what
         raise ValueError(f"{_where((*where, 'kind'))}: {what} kind {shown}; valid kinds: {valid}")
     options_model = registry[kind].Options
     try:
-        return options_model.model_validate(raw)
+        # plan_dir: where a path an option names (a fio job file) is relative to.
+        return options_model.model_validate(raw, context={"plan_dir": plan_dir or Path.cwd()})
     except ValidationError as exc:
         raise ValueError(_explain(exc, options_model, where)) from None
 
@@ -178,7 +181,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     """Check a plan; raise UserError with one line naming source and key."""
     try:
         shape, has_quick_table = _shape(text, quick)
-        stacks, workloads = _kinds(shape)
+        stacks, workloads = _kinds(shape, None if source.startswith("builtin:") else Path(source).parent)
         baseline = shape.baseline or next(iter(shape.stacks))
         if baseline not in stacks:
             raise ValueError(f"baseline: {baseline!r} names no stack; stacks: {', '.join(stacks)}")
@@ -236,7 +239,9 @@ def _shape(text: str, quick: bool) -> tuple[_PlanFile, bool]:
     return shape, has_quick_table
 
 
-def _kinds(shape: _PlanFile) -> tuple[dict[str, list[LayerOptions]], dict[str, WorkloadOptions]]:
+def _kinds(
+    shape: _PlanFile, plan_dir: Path | None
+) -> tuple[dict[str, list[LayerOptions]], dict[str, WorkloadOptions]]:
     """Every layer and workload checked by the options of its kind."""
     layer_kinds = load_layer_kinds()
     workload_kinds = load_workload_kinds()
@@ -248,7 +253,7 @@ def _kinds(shape: _PlanFile) -> tuple[dict[str, list[LayerOptions]], dict[str, W
         for name, spec in shape.stacks.items()
     }
     workloads = {
-        name: _check_kind(body, workload_kinds, ("workloads", name), "workload")
+        name: _check_kind(body, workload_kinds, ("workloads", name), "workload", plan_dir)
         for name, body in shape.workloads.items()
     }
     return stacks, workloads

@@ -51,6 +51,7 @@ class TrialResult:
     unit: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # the workload's and the noise's
     stack: StackRecord | None = None
+    reported: dict[str, float] = field(default_factory=dict)  # metrics.reported(): the workload's own
 
     @property
     def throughput(self) -> float | None:
@@ -80,6 +81,8 @@ class TrialResult:
         )
         if self.throughput is not None:
             row.update(units=self.units, unit=self.unit, throughput=self.throughput)
+        if self.counters.status == "ok":
+            row.update(self.reported)
         return row
 
     def all_facts(self) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class FakeExecutor(Executor):
         values = dict(self.script(trial))
         known = {f.name for f in fields(RunCounters)}
         defaults = {m.name: 0 for m in metrics.METRICS if m.name in known}
+        reported = {k: values.pop(k) for k in list(values) if k in metrics.reported()}
         counters = RunCounters(
             status=values.pop("status", "ok"),
             error=values.pop("error", None),
@@ -58,4 +59,5 @@ class FakeExecutor(Executor):
             stack=StackRecord(
                 [layer.describe() for layer in layers] or ["dir (scratch root)"], [], [], "fake"
             ),
+            reported=reported,
         )

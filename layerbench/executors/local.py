@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from layerbench import failpoints, host, measure, sentinel, settle, worlds
+from layerbench import failpoints, host, measure, metrics, sentinel, settle, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
 from layerbench.guest import machine
@@ -98,7 +98,8 @@ class LocalExecutor(Executor):
                 prepared.collect()
             failpoints.reached("run-finished")
         facts = dict(prepared.facts) | settled.facts()
-        return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record)
+        reported = {k: v for k, v in prepared.metrics.items() if k in metrics.reported()}
+        return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record, reported)
 
     def _timed(
         self,

@@ -35,6 +35,8 @@ class Prepared:
     units: float | None = None  # amount of work, for throughput
     unit: str | None = None  # "bytes" or "files"
     facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
+    # Values of registry metrics only the workload knows (metrics.reported()), set by after_run.
+    metrics: dict[str, float] = field(default_factory=dict)
     drop_caches: bool = True  # False: the run starts with warm caches (written back, not dropped)
     # Called after the timed run, for what only the run knows (cycles done, latencies):
     # it may update units and facts.

@@ -1,0 +1,132 @@
+"""fio on real stacks: a job file and an inline job on a loop image and a tmpfs, a job that
+fails at run time, bad input, and the O_DIRECT refusal where a layer here refuses it."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import TEST_ROOT, cli, one_line_error
+
+from layerbench.workloads import fio
+
+pytestmark = pytest.mark.e2e
+
+JOB = """; 4 KiB random reads, O_DIRECT
+[global]
+ioengine=psync
+direct=1
+size=8M
+
+[randread]
+rw=randread
+bs=4k
+"""
+
+PLAN = """
+name = "fio-e2e"
+reps = 3
+warmup = 0
+seed = 5
+rerun_disturbed = 0
+baseline = "image"
+[stacks.image]
+layers = [{ kind = "image", fs = "ext4", size = "64M" }]
+[stacks.ram]
+layers = [{ kind = "tmpfs", size = "32M" }]
+[workloads.rand]
+kind = "fio"
+job = "jobs/randread.fio"
+[workloads.seq]
+kind = "fio"
+options = { rw = "write", bs = "1M", size = "8M", ioengine = "psync", end_fsync = 1 }
+[workloads.full]
+kind = "fio"
+# Created when opened, so the layout is empty and the run itself fills the 32M tmpfs.
+options = { rw = "write", bs = "1M", size = "48M", create_on_open = 1, ioengine = "psync" }
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    base = tmp_path_factory.mktemp("fio")
+    (base / "jobs").mkdir()
+    (base / "jobs" / "randread.fio").write_text(JOB)
+    (base / "plan.toml").write_text(PLAN)
+    db = base / "results.db"
+    cli(
+        "run",
+        str(base / "plan.toml"),
+        "--db",
+        str(db),
+        "--scratch",
+        str(TEST_ROOT / "fio-run"),
+        "--quiet",
+        check=True,
+    )
+    return json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+
+
+def _rows(document: dict, workload: str, metric: str) -> dict[str, dict]:
+    return {r["stack"]: r for r in document["summary"] if (r["workload"], r["metric"]) == (workload, metric)}
+
+
+def test_a_job_file_and_an_inline_job_give_iops_and_latency_rows(experiment: dict) -> None:
+    iops = _rows(experiment, "rand", "read_iops")
+    p99 = _rows(experiment, "rand", "read_clat_p99_ns")
+    assert set(iops) == set(p99) == {"image", "ram"}
+    assert iops["image"]["decision"] == "baseline" and iops["ram"]["ratio"] is not None
+    for row in (iops["ram"], p99["ram"]):
+        # 3 runs, less any that other work disturbed (kept out of the statistics)
+        assert row["n"] in (2, 3) and row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
+        excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
+        assert excludes == (row["decision"] in ("slower", "faster")), row
+    assert iops["ram"]["median"] > 0 and p99["ram"]["median"] > 0
+    write = _rows(experiment, "seq", "write_bw_bytes")
+    assert write["ram"]["median"] > 0 and not _rows(experiment, "seq", "read_iops")
+    # Only fio workloads report fio's metrics; every run of them has its bins.
+    runs = [r for r in experiment["runs"] if r["workload"] == "rand" and r["status"] == "ok"]
+    assert len(runs) == 6 and all(sum(r["facts"]["fio_clat_bins"]["read"].values()) > 0 for r in runs)
+    assert all(r["read_io_bytes"] == 8 << 20 for r in runs)
+
+
+def test_a_job_that_fails_at_run_time_is_a_failed_run_with_fios_error(experiment: dict) -> None:
+    failed = [r for r in experiment["runs"] if r["workload"] == "full" and r["stack"] == "ram"]
+    assert len(failed) == 3 and all(r["status"] == "failed" for r in failed)
+    assert all("No space left on device" in r["error"] for r in failed), failed[0]["error"]
+    # The same job fits on the 64M image: those runs succeed, and the trials after the
+    # failures ran.
+    assert all(
+        r["status"] == "ok" for r in experiment["runs"] if r["workload"] == "full" and r["stack"] == "image"
+    )
+
+
+def test_bad_fio_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN.replace("jobs/randread.fio", "jobs/nowhere.fio"))
+    said = one_line_error(cli("check", str(tmp_path / "plan.toml")))
+    assert "workloads.rand.job" in said and "does not exist" in said
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "randread.fio").write_text(JOB + "directory=/srv\n")
+    (tmp_path / "plan.toml").write_text(PLAN)
+    said = one_line_error(cli("run", str(tmp_path / "plan.toml"), "--db", str(tmp_path / "r.db")))
+    assert "sets directory" in said and not (tmp_path / "r.db").exists()
+
+
+def test_odirect_refusal_modes(needs_root: None, scratch_root: Path) -> None:
+    """buffered / fail / skip need a layer that refuses O_DIRECT; this kernel's tmpfs and
+    FUSE accept it, so the test looks for one and says so when there is none."""
+    scratch_root.mkdir(parents=True)
+    import subprocess
+
+    target = scratch_root / "t"
+    target.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8M", "tmpfs", str(target)], check=True)
+    try:
+        refused = fio.refuses_direct(target)
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+    if refused is None:
+        pytest.skip("no layer kind here refuses O_DIRECT (tmpfs accepts it since Linux 6.6)")
+    assert refused
