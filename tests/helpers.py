@@ -2,8 +2,10 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -113,3 +115,28 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
     return lines[0]
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium with a throwaway profile under the test root."""
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=TEST_ROOT)
+    try:
+        return subprocess.run(
+            [
+                shutil.which("chromium") or "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)

@@ -13,7 +13,7 @@ from layerbench.guest import notes as guest_notes
 from layerbench.reports import host_state
 from layerbench.sizes import format_size
 from layerbench.store import Store
-from layerbench.workloads.base import Workload
+from layerbench.workloads.base import LatencyCdf, Workload
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
@@ -124,6 +124,11 @@ def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, 
         stack: [r for r in data.runs if (r["stack"], r["workload"]) == (stack, workload) and not r["warmup"]]
         for stack in data.stacks
     }
+
+
+def latency_cdfs(data: ReportData, workload: str) -> list[LatencyCdf]:
+    """The latency distributions the workload kind measured (fio), for CDF plots."""
+    return _workload_kind(data, workload).latency_cdfs(workload, _runs_by_stack(data, workload))
 
 
 def details_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]] | None:

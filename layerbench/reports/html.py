@@ -9,7 +9,7 @@ import numpy as np
 
 from layerbench import stats
 from layerbench.reports import host_state, plots
-from layerbench.reports.base import ReportData, host_lines, register, stack_table
+from layerbench.reports.base import ReportData, host_lines, latency_cdfs, register, stack_table
 
 STYLE = """
 body { font-family: 'DejaVu Sans', sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
@@ -203,6 +203,10 @@ def _tables_section(data: ReportData) -> list[str]:
         why = data.why_lines(workload)  # the read-out of explain.py
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
+        body += [
+            figure(plots.latency_cdf_figure(cdf.lines, title=cdf.title), cdf.name)
+            for cdf in latency_cdfs(data, workload)
+        ]
     return body
 
 

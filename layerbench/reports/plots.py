@@ -226,3 +226,19 @@ def settle_figure(trials: list[int], waited: list[float], busy: list[float]) -> 
     axis.legend(fontsize=7, loc="upper right")
     figure.tight_layout()
     return to_svg(figure)
+
+
+def latency_cdf_figure(lines: dict[str, tuple[list[float], list[float]]], *, title: str) -> str:
+    """One line per stack: the share of requests completed within each latency (log x)."""
+    figure, axis = pyplot().subplots(figsize=(6.4, 3.0))
+    for label, (latencies_us, shares) in lines.items():
+        axis.step(latencies_us, shares, where="post", label=label)
+    axis.set_xscale("log")
+    axis.set_ylim(0, 1.01)
+    axis.set_xlabel("completion latency (µs, log scale)")
+    axis.set_ylabel("share of requests")
+    axis.set_title(title, loc="left", fontsize=9)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    return to_svg(figure)

@@ -47,6 +47,15 @@ class Prepared:
             self.after_run(self)
 
 
+@dataclass(frozen=True)
+class LatencyCdf:
+    """One plot: per stack, latencies in microseconds and the share completed within each."""
+
+    name: str  # the figure's element id
+    title: str
+    lines: dict[str, tuple[list[float], list[float]]]
+
+
 class Workload(ABC):
     kind: ClassVar[str]
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
@@ -96,6 +105,12 @@ class Workload(ABC):
         """An extra table for the reports (header, rows) from the runs' facts, given the
         measured runs of each stack; None when the kind has nothing beyond the counters."""
         return None
+
+    @classmethod
+    def latency_cdfs(cls, workload: str, runs: dict[str, list[dict[str, Any]]]) -> list[LatencyCdf]:
+        """Latency distributions the kind measured, for the HTML report's CDF plots, from the
+        measured runs of each stack; none by default."""
+        return []
 
     @classmethod
     def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:

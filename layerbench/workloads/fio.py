@@ -15,6 +15,7 @@ the job buffered with an end fsync (the default, said in every report), fails th
 skips it (a failed run whose error says so)."""
 
 import contextlib
+import itertools
 import json
 import mmap
 import os
@@ -28,7 +29,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 from layerbench import system
 from layerbench.errors import SetupError
 from layerbench.stacks.base import BuildContext, BuiltStack
-from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+from layerbench.workloads.base import LatencyCdf, Prepared, Workload, WorkloadOptions, register
 
 REFUSED_KEYS = ("directory", "filename", "filename_format", "opendir")  # the stack decides where
 PERCENTILES = {"p50": "50.000000", "p90": "90.000000", "p99": "99.000000", "p999": "99.900000"}
@@ -257,6 +258,29 @@ class Fio(Workload):
         for stack, group in runs.items():
             said = {str(r["facts"]["fio_buffered"]) for r in group if r["facts"].get("fio_buffered")}
             found += [f"{stack}: {line}" for line in sorted(said)]
+        return found
+
+    @classmethod
+    def latency_cdfs(cls, workload: str, runs: dict[str, list[dict[str, Any]]]) -> list[LatencyCdf]:
+        """Each direction's completion latency: one line per stack, over its measured runs."""
+        found = []
+        for direction in DIRECTIONS:
+            lines = {}
+            for stack, group in runs.items():
+                bins: dict[int, int] = {}
+                for run in group:
+                    if run["status"] == "ok":
+                        for latency, count in (
+                            run["facts"].get("fio_clat_bins", {}).get(direction, {}).items()
+                        ):
+                            bins[int(latency)] = bins.get(int(latency), 0) + int(count)
+                if total := sum(bins.values()):
+                    ordered = sorted(bins)
+                    shares = list(itertools.accumulate(bins[latency] / total for latency in ordered))
+                    lines[stack] = ([latency / 1000 for latency in ordered], shares)
+            if lines:
+                title = f"{workload}: {direction} completion latency, every measured run"
+                found.append(LatencyCdf(f"latency-cdf-{workload}-{direction}", title, lines))
         return found
 
     @classmethod

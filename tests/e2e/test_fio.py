@@ -3,10 +3,12 @@ fails at run time, bad input, and the O_DIRECT refusal where a layer here refuse
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, one_line_error
+from helpers import TEST_ROOT, chromium, cli, one_line_error
 
 from layerbench.workloads import fio
 
@@ -48,7 +50,7 @@ options = { rw = "write", bs = "1M", size = "48M", create_on_open = 1, ioengine 
 
 
 @pytest.fixture(scope="module")
-def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.geteuid() != 0:
         pytest.skip("needs root: mounts, loop devices and drop_caches")
     base = tmp_path_factory.mktemp("fio")
@@ -66,7 +68,41 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "--quiet",
         check=True,
     )
+    return db
+
+
+@pytest.fixture(scope="module")
+def experiment(db: Path) -> dict:
     return json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+
+
+def test_the_html_report_draws_a_latency_cdf_per_workload_and_direction(db: Path, tmp_path: Path) -> None:
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    page = tmp_path / "report.html"
+    cli("report", "--db", str(db), "--format", "html", "-o", str(page), check=True)
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.read_text().replace(
+            "</body>",
+            """<script>
+for (const f of document.querySelectorAll('.figure')) {
+  const box = f.querySelector('svg').getBoundingClientRect();
+  f.setAttribute('data-drawn', Math.round(box.width) + 'x' + Math.round(box.height));
+}</script></body>""",
+        )
+    )
+    dom = chromium("--dump-dom", f"file://{probe}").stdout
+    pattern = r"id=\"(latency-cdf-[\w-]+)\" data-drawn=\"(\d+)x(\d+)\""
+    drawn = {name: (int(w), int(h)) for name, w, h in re.findall(pattern, dom)}
+    # rand reads, seq writes, and full writes on the image (the tmpfs runs of full failed).
+    assert set(drawn) == {"latency-cdf-rand-read", "latency-cdf-seq-write", "latency-cdf-full-write"}, dom[
+        -1500:
+    ]
+    assert all(w > 300 and h > 100 for w, h in drawn.values()), drawn
+    # One line per stack with runs: both stacks on rand.
+    svg = page.read_text().split("id='latency-cdf-rand-read'")[1].split("</svg>")[0]
+    assert "image" in svg and "ram" in svg
 
 
 def _rows(document: dict, workload: str, metric: str) -> dict[str, dict]:

@@ -8,15 +8,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEST_ROOT, cli, one_line_error
+from helpers import TEST_ROOT, chromium, cli, one_line_error
 
 pytestmark = pytest.mark.e2e
 
@@ -178,30 +176,6 @@ def test_html_is_one_self_contained_page(db: Path, document: dict, tmp_path: Pat
     assert ("<ul class='why'>" in page) == bool(significant)
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=TEST_ROOT)
-    try:
-        return subprocess.run(
-            [
-                shutil.which("chromium") or "chromium",
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-
-
 def test_html_renders_in_chromium_with_its_plots(db: Path, tmp_path: Path) -> None:
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
@@ -222,7 +196,7 @@ for (const f of document.querySelectorAll('.figure')) {
 }</script></body>""",
         )
     )
-    dom = _chromium("--dump-dom", f"file://{probe}").stdout
+    dom = chromium("--dump-dom", f"file://{probe}").stdout
     drawn = dict(re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+x\d+)\"", dom))
     expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
     assert set(drawn) == expected, dom[-2000:]
@@ -230,7 +204,7 @@ for (const f of document.querySelectorAll('.figure')) {
         width, height = (int(v) for v in size.split("x"))
         assert width > 300 and height > 100, (name, size)
     shot = tmp_path / "report.png"
-    done = _chromium("--window-size=1280,4200", f"--screenshot={shot}", f"file://{target}")
+    done = chromium("--window-size=1280,4200", f"--screenshot={shot}", f"file://{target}")
     assert shot.exists(), done.stderr[-2000:]
     image = Image.open(shot).convert("RGB")
     assert image.size == (1280, 4200)
@@ -242,6 +216,18 @@ for (const f of document.querySelectorAll('.figure')) {
     assert coloured > 2000, coloured
 
 
+def _kept(db: Path, experiment: int) -> dict:
+    """The runs the statistics keep, per (stack, workload)."""
+    from layerbench import stats
+    from layerbench.store import Store
+
+    store = Store(db)
+    try:
+        return stats.measured(store.runs(experiment))
+    finally:
+        store.close()
+
+
 def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
     text = cli("compare", "1", "2", "--db", str(db), check=True).stdout
     assert "B/A [CI, level]" in text and "host differences" in text
@@ -249,8 +235,10 @@ def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
     assert document["a"]["id"] == 1 and document["b"]["id"] == 2
     rows = document["rows"]
     assert {(r["stack"], r["workload"]) for r in rows} == {(s, w) for s in STACKS for w in WORKLOADS}
+    kept = _kept(db, 2)
     for row in rows:
-        assert row["n"] == 4
+        # 4 repetitions, less any run other work disturbed (out of the statistics)
+        assert row["n"] == len(kept[(row["stack"], row["workload"])])
         assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
         assert row["decision"] in ("slower", "faster", "equivalent", "inconclusive", "undecidable")
         excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
@@ -299,8 +287,11 @@ def test_compare_relative_costs_and_drift(db: Path) -> None:
     assert {(r["stack"], r["workload"]) for r in relative} == {
         (s, w) for s in STACKS if s != "disk" for w in WORKLOADS
     }
+    kept = _kept(db, 2)
     for row in relative:
-        assert row["n"] == 4
+        # The rounds where both the stack and the baseline kept a run.
+        reps = {r["rep"] for r in kept[(row["stack"], row["workload"])]}
+        assert row["n"] == len(reps & {r["rep"] for r in kept[("disk", row["workload"])]})
         excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
         assert excludes == (row["decision"] in ("slower", "faster")), row
     drift = document["drift"]
