@@ -107,3 +107,20 @@ def test_figures_of_real_fio_json_with_two_jobs(tmp_path: Path) -> None:
 def test_odirect_probe_on_this_file_system(tmp_path: Path) -> None:
     assert fio.refuses_direct(tmp_path) in (None, "Invalid argument")
     assert list(tmp_path.iterdir()) == []
+
+
+def _run(read: int, disk: int, loop: int = 0) -> dict:
+    devices = {"vda": {"read_bytes": disk}} | ({"loop0": {"read_bytes": loop}} if loop else {})
+    return {"status": "ok", "read_io_bytes": read, "devices": devices, "facts": {}}
+
+
+def test_a_read_the_disk_delivered_is_cold_and_one_a_cache_served_is_named() -> None:
+    assert fio.cached_reads([_run(100 << 20, 101 << 20)]) is None
+    # The loop device saw every byte, the disk behind it a quarter: the image's backing file
+    # was cached.
+    said = fio.cached_reads([_run(100 << 20, 101 << 20), _run(100 << 20, 25 << 20, loop=100 << 20)])
+    assert said == (
+        "reads served from a cache in 1 of 2 runs: "
+        "as little as 25% of the bytes fio read came from vda within the run"
+    )
+    assert fio.cached_reads([{"status": "ok", "read_io_bytes": 1, "devices": {}, "facts": {}}]) is None

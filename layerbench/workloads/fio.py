@@ -258,6 +258,8 @@ class Fio(Workload):
         for stack, group in runs.items():
             said = {str(r["facts"]["fio_buffered"]) for r in group if r["facts"].get("fio_buffered")}
             found += [f"{stack}: {line}" for line in sorted(said)]
+            if cached := cached_reads(group):
+                found.append(f"{stack}: {cached}")
         return found
 
     @classmethod
@@ -307,6 +309,31 @@ class Fio(Workload):
             ]
             rows.append([stack, *cells, mode])
         return header, rows
+
+
+COLD_SHARE = 0.9  # a cold read moves at least this share of fio's read bytes off the lowest device
+
+
+def cached_reads(runs: list[dict[str, Any]]) -> str | None:
+    """Reads really are reads only if the lowest device under the stack (not a loop device:
+    the disk behind it) delivered the bytes fio read within the timed run; otherwise a cache
+    in some layer served them. None when every run read cold or the stack has no device."""
+    short = []
+    for run in runs:
+        wanted = run.get("read_io_bytes") or 0
+        disks = {name: d for name, d in (run.get("devices") or {}).items() if not name.startswith("loop")}
+        if run["status"] != "ok" or not wanted or not disks:
+            continue
+        got = sum(d.get("read_bytes", 0) for d in disks.values())
+        if got < COLD_SHARE * wanted:
+            short.append((got / wanted, ", ".join(sorted(disks))))
+    if not short:
+        return None
+    worst, where = min(short)
+    return (
+        f"reads served from a cache in {len(short)} of {len(runs)} runs: as little as {worst:.0%} of the "
+        f"bytes fio read came from {where} within the run"
+    )
 
 
 def _fmt(value: float | None, unit: str) -> str:
