@@ -7,19 +7,25 @@ Prints, as a Markdown table:
 - per-run overhead: the wall time layerbench records for a `command` workload of `true`
   and of `sleep 1`, against the same commands spawned and waited for bare, each after
   the caches were dropped as layerbench drops them (the warm-cache figure is shown too);
-- stream-write against `dd conv=fsync` and against `fio` (end_fsync) on the same file
-  system, in shuffled rounds after a warm-up round, caches dropped before each;
+- stream-write against `dd conv=fsync` and against `fio` writing the same way (zeros into a
+  fresh file, no preallocation, end_fsync) on the same file system, in shuffled rounds
+  after a warm-up round, caches dropped before each;
+- the `fio` workload against the same job run by hand with fio on an identical fresh ext4
+  image (4 KiB random reads at queue depth 32, 1 MiB sequential writes): IOPS and p99;
 - extract against plain `tar -xf` (+ `sync -f`) of the same archive, staged on a tmpfs,
   into the same file system;
 - the default experiment's total time (`--quick`: the `--quick` experiment) and the peak
   memory (VmHWM) of the layerbench process running it.
-Ratios are layerbench's speed over the plain tool's (1.0 = as fast; goal >= 0.97).
+Ratios are two-sided: layerbench's figure over the plain tool's, like for like (speed over
+speed, latency over latency), with a 95 % bootstrap interval over the paired rounds; a row
+is met when the ratio is within 3 % of 1 either way.
 Needs root (mounts, drop_caches), fio and tar.
 """
 
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -32,6 +38,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -42,6 +52,7 @@ from layerbench.scratch import Scratch  # noqa: E402
 from layerbench.sizes import format_size, parse_size  # noqa: E402
 from layerbench.store import Store  # noqa: E402
 from layerbench.validity import run_plan  # noqa: E402
+from layerbench.workloads import fio as fio_kind  # noqa: E402
 
 MODES = {
     # overhead reps, write size, write rounds, extract archive, extract rounds, experiment
@@ -51,7 +62,7 @@ MODES = {
 }
 OVERHEAD_GOAL_S = 0.005
 OVERHEAD_GOAL_SHARE = 0.01
-RATIO_GOAL = 0.97
+RATIO_BAND = 0.03  # like for like: within 3 % of 1, either way
 
 TINY_PLAN = """
 name = "bench-tiny"
@@ -112,8 +123,17 @@ def overhead(scratch: Scratch, store: Store, reps: int) -> list[list[str]]:
             cold.append(bare(argv))
         plain = median(cold)
         warm = median(bare(argv) for _ in range(reps))
-        ours = median(float(r["wall_s"]) for r in runs[name])  # type: ignore[arg-type]
+        walls = [float(r["wall_s"]) for r in runs[name]]  # type: ignore[arg-type]
+        ours = median(walls)
         extra = ours - plain
+        spread = scipy_stats.bootstrap(
+            (np.asarray(walls), np.asarray(cold)),
+            lambda a, b, axis: np.median(a, axis=axis) - np.median(b, axis=axis),
+            vectorized=True,
+            n_resamples=4000,
+            method="percentile",
+            random_state=np.random.default_rng(5),
+        ).confidence_interval
         met = extra <= OVERHEAD_GOAL_S and (goal_share is None or extra / plain <= goal_share)
         goal = f"<= {OVERHEAD_GOAL_S * 1000:.0f} ms" + (f", <= {goal_share:.0%}" if goal_share else "")
         rows.append(
@@ -121,7 +141,8 @@ def overhead(scratch: Scratch, store: Store, reps: int) -> list[list[str]]:
                 f"per-run overhead, `{' '.join(argv)}`",
                 f"{ours * 1000:.2f} ms",
                 f"{plain * 1000:.2f} ms (caches warm: {warm * 1000:.2f} ms)",
-                f"{extra * 1000:+.2f} ms ({extra / plain:+.2%})",
+                f"{extra * 1000:+.2f} ms [{spread.low * 1000:+.2f} to {spread.high * 1000:+.2f}] "
+                f"({extra / plain:+.2%})",
                 goal,
                 "yes" if met else "NO",
             ]
@@ -139,9 +160,9 @@ def overhead(scratch: Scratch, store: Store, reps: int) -> list[list[str]]:
     return rows
 
 
-def _rounds(rounds: int, contenders: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+def _rounds(rounds: int, contenders: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
     """A warm-up round (discarded), then rounds in shuffled order: drift hits all alike."""
-    results: dict[str, list[float]] = {name: [] for name in contenders}
+    results: dict[str, list[Any]] = {name: [] for name in contenders}
     rng = random.Random(7)
     for index in range(rounds + 1):
         for name in rng.sample(list(contenders), len(contenders)):
@@ -151,18 +172,35 @@ def _rounds(rounds: int, contenders: dict[str, Callable[[], float]]) -> dict[str
     return results
 
 
-def ratio_row(
-    what: str, ours: list[float], plain: list[float], unit: str, *, digits: int = 1, durations: bool = False
-) -> list[str]:
-    """durations: the figures are times, so the ratio is plain over ours (above 1: we are faster)."""
-    ratio = median(plain) / median(ours) if durations else median(ours) / median(plain)
+def ratio_interval(ours: list[float], plain: list[float]) -> tuple[float, float]:
+    """95 % bootstrap interval of median(ours) / median(plain), resampling rounds as pairs
+    (each round ran both, in shuffled order)."""
+    if len(ours) < 3 or len(ours) != len(plain):
+        return math.nan, math.nan
+    result = scipy_stats.bootstrap(
+        (np.asarray(ours), np.asarray(plain)),
+        lambda a, b, axis: np.median(a, axis=axis) / np.median(b, axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=4000,
+        method="percentile",
+        random_state=np.random.default_rng(11),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def ratio_row(what: str, ours: list[float], plain: list[float], unit: str, *, digits: int = 1) -> list[str]:
+    """Like for like: ours over plain of the same figure; met within RATIO_BAND of 1."""
+    ratio = median(ours) / median(plain)
+    low, high = ratio_interval(ours, plain)
+    interval = f" [{low:.3f}-{high:.3f}]" if not math.isnan(low) else ""
     return [
         what,
-        f"{median(ours):.{digits}f} {unit}",
-        f"{median(plain):.{digits}f} {unit}",
-        f"{ratio:.3f}",
-        f">= {RATIO_GOAL}",
-        "yes" if ratio >= RATIO_GOAL else "NO",
+        f"{median(ours):.{digits}f} {unit} ({min(ours):.{digits}f}-{max(ours):.{digits}f})",
+        f"{median(plain):.{digits}f} {unit} ({min(plain):.{digits}f}-{max(plain):.{digits}f})",
+        f"{ratio:.3f}{interval}",
+        f"1 ± {RATIO_BAND:.0%}",
+        "yes" if abs(ratio - 1) <= RATIO_BAND else "NO",
     ]
 
 
@@ -187,8 +225,10 @@ def stream_write(scratch: Scratch, store: Store, size: str, rounds: int) -> list
         with scratch.directory("bench", f"fio-{next(serial)}") as target:
             measure.drop_caches()
             done = subprocess.run(
+                # As dd writes: zeros, into a fresh file, no preallocation, one fsync at the end.
                 ["fio", "--name=write", f"--filename={target}/stream.dat", "--rw=write", "--bs=1M",
-                 f"--size={size_bytes}", "--ioengine=psync", "--end_fsync=1", "--output-format=json"],
+                 f"--size={size_bytes}", "--ioengine=psync", "--end_fsync=1", "--fallocate=none",
+                 "--zero_buffers", "--output-format=json"],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
         text = done.stdout
@@ -201,6 +241,71 @@ def stream_write(scratch: Scratch, store: Store, size: str, rounds: int) -> list
         ratio_row(f"{what} vs `dd conv=fsync`", results["layerbench"], results["dd"], "MB/s"),
         ratio_row(f"{what} vs `fio` end_fsync", results["layerbench"], results["fio"], "MB/s"),
     ]
+
+
+FIO_JOBS = {
+    # label: (direction, job); the same text runs in layerbench and by hand
+    "randread 4 KiB QD32": ("read", "[job]\nrw=randread\nbs=4k\niodepth=32\nioengine=libaio\ndirect=1\n"),
+    "seq write 1 MiB": ("write", "[job]\nrw=write\nbs=1M\nioengine=psync\nend_fsync=1\n"),
+}
+
+
+def fio_workload(scratch: Scratch, store: Store, size: str, rounds: int) -> list[list[str]]:
+    """The fio workload against the same job by hand, each on a fresh ext4 image of one size."""
+    size_bytes = parse_size(size)
+    image = 2 * size_bytes + (64 << 20)
+    serial = iter(range(10**6))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="layerbench-bench-") as directory:
+        for label, (direction, text) in FIO_JOBS.items():
+            job = Path(directory) / f"{direction}.fio"
+            job.write_text(text + f"size={size_bytes}\n")
+            stack = f'[stacks.image]\nlayers = [{{ kind = "image", fs = "ext4", size = "{image}" }}]\n'
+            workload = f'[workloads.fio]\nkind = "fio"\njob = "{job}"\n'
+
+            def layerbench(
+                workload: str = workload, stack: str = stack, direction: str = direction
+            ) -> tuple[float, float]:
+                data = run_plan(plan("bench-fio", 1, 0, stack, workload), scratch, store)
+                run = measured_runs(data)["fio"][0]
+                return float(run[f"{direction}_iops"]), float(run[f"{direction}_clat_p99_ns"])  # type: ignore[arg-type]
+
+            def by_hand(job: Path = job, direction: str = direction) -> tuple[float, float]:
+                with scratch.directory("bench", f"fio-image-{next(serial)}") as work:
+                    backing = work / "fs.img"
+                    with open(backing, "wb") as handle:
+                        handle.truncate(image)
+                    subprocess.run(["mkfs.ext4", "-q", "-F", str(backing)], check=True)
+                    top = work / "top"
+                    top.mkdir()
+                    with scratch.mounted(str(backing), top, fstype="ext4", options=["loop"]):
+                        common = ["fio", f"--directory={top}"]
+                        subprocess.run(
+                            [*common, "--create_only=1", str(job)], check=True, capture_output=True
+                        )
+                        subprocess.run(["sync", "-f", str(top)], check=True)
+                        measure.drop_caches()
+                        done = subprocess.run(
+                            [*common, "--output-format=json+", str(job)],
+                            check=True,
+                            capture_output=True,
+                            text=True,
+                        )
+                found, _ = fio_kind.figures_of(json.loads(done.stdout[done.stdout.index("{") :]))
+                return found[f"{direction}_iops"], found[f"{direction}_clat_p99_ns"]
+
+            results = _rounds(rounds, {"layerbench": layerbench, "fio": by_hand})
+            ours, plain = results["layerbench"], results["fio"]
+            what = f"fio workload, {label}, {format_size(size_bytes)} on an ext4 image, vs the job by hand"
+            rows.append(
+                ratio_row(f"{what}: IOPS", [o[0] for o in ours], [p[0] for p in plain], "IOPS", digits=0)
+            )
+            rows.append(
+                ratio_row(
+                    f"{what}: p99 latency", [o[1] / 1000 for o in ours], [p[1] / 1000 for p in plain], "µs"
+                )
+            )
+    return rows
 
 
 def extract(scratch: Scratch, store: Store, archive_name: str, rounds: int) -> list[list[str]]:
@@ -230,7 +335,7 @@ def extract(scratch: Scratch, store: Store, archive_name: str, rounds: int) -> l
 
     results = _rounds(rounds, {"layerbench": layerbench, "tar": tar})
     what = f"extract {archive_name} ({archive.files:,} files, {format_size(archive.bytes)}) vs `tar -xf`"
-    return [ratio_row(what, results["layerbench"], results["tar"], "s", digits=3, durations=True)]
+    return [ratio_row(what, results["layerbench"], results["tar"], "s", digits=3)]
 
 
 def default_experiment(scratch_root: Path, how: list[str]) -> list[list[str]]:
@@ -294,6 +399,7 @@ def main() -> int:
             store = Store(Path(directory) / "bench.db")
             rows += overhead(scratch, store, reps)
             rows += stream_write(scratch, store, size, write_rounds)
+            rows += fio_workload(scratch, store, size, write_rounds)
             rows += extract(scratch, store, archive, extract_rounds)
             store.close()
     finally:
