@@ -18,7 +18,8 @@ Prints, as a Markdown table:
   memory (VmHWM) of the layerbench process running it.
 Ratios are two-sided: layerbench's figure over the plain tool's, like for like (speed over
 speed, latency over latency), with a 95 % bootstrap interval over the paired rounds; a row
-is met when the ratio is within 3 % of 1 either way.
+is met when that interval lies within 3 % of 1 either way, missed when it lies outside,
+undecided when it straddles the band's edge.
 Needs root (mounts, drop_caches), fio and tar.
 """
 
@@ -189,8 +190,22 @@ def ratio_interval(ours: list[float], plain: list[float]) -> tuple[float, float]
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+def verdict(ratio: float, low: float, high: float) -> str:
+    """met: the interval lies within 1 +- RATIO_BAND; NO: it lies outside; undecided: it
+    straddles the band's edge (more rounds, or a quieter machine, would decide)."""
+    lowest, highest = 1 - RATIO_BAND, 1 + RATIO_BAND
+    if math.isnan(low):  # too few rounds for an interval: the point estimate only
+        return "yes (no interval)" if lowest <= ratio <= highest else "NO (no interval)"
+    if lowest <= low and high <= highest:
+        return "yes"
+    if high < lowest or low > highest:
+        return "NO"
+    return "undecided"
+
+
 def ratio_row(what: str, ours: list[float], plain: list[float], unit: str, *, digits: int = 1) -> list[str]:
-    """Like for like: ours over plain of the same figure; met within RATIO_BAND of 1."""
+    """Like for like: ours over plain of the same figure; met when its interval lies within
+    RATIO_BAND of 1."""
     ratio = median(ours) / median(plain)
     low, high = ratio_interval(ours, plain)
     interval = f" [{low:.3f}-{high:.3f}]" if not math.isnan(low) else ""
@@ -200,7 +215,7 @@ def ratio_row(what: str, ours: list[float], plain: list[float], unit: str, *, di
         f"{median(plain):.{digits}f} {unit} ({min(plain):.{digits}f}-{max(plain):.{digits}f})",
         f"{ratio:.3f}{interval}",
         f"1 ± {RATIO_BAND:.0%}",
-        "yes" if abs(ratio - 1) <= RATIO_BAND else "NO",
+        verdict(ratio, low, high),
     ]
 
 
