@@ -124,3 +124,17 @@ def test_a_read_the_disk_delivered_is_cold_and_one_a_cache_served_is_named() -> 
         "as little as 25% of the bytes fio read came from vda within the run"
     )
     assert fio.cached_reads([{"status": "ok", "read_io_bytes": 1, "devices": {}, "facts": {}}]) is None
+
+
+def test_the_footprint_of_a_job_is_its_sizes_times_its_jobs() -> None:
+    text = "[global]\nsize=64M\n; a comment\n[a]\nrw=read\n[b]\nsize=1G\nnumjobs=4\n[c]\nsize=50%\n"
+    assert fio.job_bytes(text) == (64 << 20) + 4 * (1 << 30)
+
+
+def test_a_fio_job_that_cannot_fit_is_refused_at_plan_time(tmp_path: Path) -> None:
+    plan = (
+        'name = "f"\n[stacks.ram]\nlayers = [{ kind = "tmpfs", size = "64M" }]\n'
+        '[workloads.w]\nkind = "fio"\noptions = { rw = "write", bs = "1M", size = "1G" }\n'
+    )
+    with pytest.raises(UserError, match="ram"):
+        parse_plan(plan, str(tmp_path / "plan.toml"))

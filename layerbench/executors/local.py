@@ -3,6 +3,7 @@ prepare the workload untimed, drop the caches, time the run, tear everything dow
 whose top layer runs the rest elsewhere (a vm) hands the trial to its guest."""
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -96,6 +97,8 @@ class LocalExecutor(Executor):
                 prepared = workload.prepare(ctx, built, resources)
                 counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
                 prepared.collect()
+                if counters.status == "failed" and prepared.failure:
+                    counters = dataclasses.replace(counters, error=f"{counters.error}; {prepared.failure}")
             failpoints.reached("run-finished")
         facts = dict(prepared.facts) | settled.facts()
         reported = {k: v for k, v in prepared.metrics.items() if k in metrics.reported()}

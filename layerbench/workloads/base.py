@@ -37,6 +37,8 @@ class Prepared:
     facts: dict[str, object] = field(default_factory=dict)  # e.g. fill bytes, for the record
     # Values of registry metrics only the workload knows (metrics.reported()), set by after_run.
     metrics: dict[str, float] = field(default_factory=dict)
+    # What only the workload can say about a failed run (fio's per-job error), set by after_run.
+    failure: str | None = None
     drop_caches: bool = True  # False: the run starts with warm caches (written back, not dropped)
     # Called after the timed run, for what only the run knows (cycles done, latencies):
     # it may update units and facts.

@@ -28,6 +28,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from layerbench import system
 from layerbench.errors import SetupError
+from layerbench.sizes import parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import LatencyCdf, Prepared, Workload, WorkloadOptions, register
 
@@ -136,6 +137,34 @@ def buffered(text: str) -> str:
     )
 
 
+def job_bytes(text: str) -> int:
+    """An upper estimate of the bytes a job lays out: each job section's `size` (its own or
+    the global one) times its `numjobs`. A size fio reads as a share of the device ("50%")
+    or cannot be read here counts 0 (unknown)."""
+    sections: list[dict[str, str]] = []
+    shared: dict[str, str] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        line = line.split(";", 1)[0].split("#", 1)[0].strip()
+        if match := _SECTION.match(line):
+            current = shared if match.group(1).strip() == "global" else {}
+            if current is not shared:
+                sections.append(current)
+        elif "=" in line and current is not None:
+            key, _, value = line.partition("=")
+            current[key.strip()] = value.strip()
+    total = 0
+    for section in sections:
+        values = shared | section
+        try:
+            size = parse_size(values.get("size", "0"))
+            jobs = int(values.get("numjobs", "1"))
+        except ValueError:
+            continue
+        total += size * max(1, jobs)
+    return total
+
+
 def refuses_direct(top: Path) -> str | None:
     """Open and write one aligned block with O_DIRECT on the top: the error, or None."""
     probe = top / ".layerbench-odirect"
@@ -224,6 +253,9 @@ class Fio(Workload):
     summary = "a fio job (a job file or inline options) on the stack's top: IOPS, bandwidth, latency"
     tools = ("fio",)
     writes = True
+
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        return job_bytes(job_text(self.options, self.name))  # type: ignore[arg-type]
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options: FioOptions = self.options  # type: ignore[assignment]
@@ -353,6 +385,8 @@ def _collect(prepared: Prepared, output: Path) -> None:
     except (OSError, ValueError):
         return  # a failed run: its error comes from fio's exit status and stderr
     found, facts = figures_of(document)
+    errors = [f"fio job {j['name']}: {os.strerror(j['error'])}" for j in facts["fio_jobs"] if j.get("error")]
+    prepared.failure = "; ".join(errors) or None
     prepared.metrics.update(found)
     prepared.facts.update(facts)
     prepared.units = sum(found.get(f"{d}_io_bytes", 0) for d in DIRECTIONS) or None

@@ -42,10 +42,11 @@ job = "jobs/randread.fio"
 [workloads.seq]
 kind = "fio"
 options = { rw = "write", bs = "1M", size = "8M", ioengine = "psync", end_fsync = 1 }
-[workloads.full]
+[workloads.missing]
 kind = "fio"
-# Created when opened, so the layout is empty and the run itself fills the 32M tmpfs.
-options = { rw = "write", bs = "1M", size = "48M", create_on_open = 1, ioengine = "psync" }
+# Created when opened (so the layout makes nothing), and fio may not create it: every run
+# fails at run time, with the error fio reports for the job.
+options = { rw = "read", bs = "1M", size = "4M", create_on_open = 1, allow_file_create = 0 }
 """
 
 
@@ -95,10 +96,8 @@ for (const f of document.querySelectorAll('.figure')) {
     dom = chromium("--dump-dom", f"file://{probe}").stdout
     pattern = r"id=\"(latency-cdf-[\w-]+)\" data-drawn=\"(\d+)x(\d+)\""
     drawn = {name: (int(w), int(h)) for name, w, h in re.findall(pattern, dom)}
-    # rand reads, seq writes, and full writes on the image (the tmpfs runs of full failed).
-    assert set(drawn) == {"latency-cdf-rand-read", "latency-cdf-seq-write", "latency-cdf-full-write"}, dom[
-        -1500:
-    ]
+    # rand reads and seq writes (every run of missing failed: no latencies).
+    assert set(drawn) == {"latency-cdf-rand-read", "latency-cdf-seq-write"}, dom[-1500:]
     assert all(w > 300 and h > 100 for w, h in drawn.values()), drawn
     # One line per stack with runs: both stacks on rand.
     svg = page.read_text().split("id='latency-cdf-rand-read'")[1].split("</svg>")[0]
@@ -129,14 +128,12 @@ def test_a_job_file_and_an_inline_job_give_iops_and_latency_rows(experiment: dic
 
 
 def test_a_job_that_fails_at_run_time_is_a_failed_run_with_fios_error(experiment: dict) -> None:
-    failed = [r for r in experiment["runs"] if r["workload"] == "full" and r["stack"] == "ram"]
-    assert len(failed) == 3 and all(r["status"] == "failed" for r in failed)
-    assert all("No space left on device" in r["error"] for r in failed), failed[0]["error"]
-    # The same job fits on the 64M image: those runs succeed, and the trials after the
-    # failures ran.
-    assert all(
-        r["status"] == "ok" for r in experiment["runs"] if r["workload"] == "full" and r["stack"] == "image"
-    )
+    failed = [r for r in experiment["runs"] if r["workload"] == "missing"]
+    assert len(failed) == 6 and all(r["status"] == "failed" for r in failed)
+    said = "exit status 1; fio job missing: No such file or directory"
+    assert all(r["error"].startswith(said) for r in failed), failed[0]["error"]
+    # The trials after the failures ran: every other workload has all its runs.
+    assert sum(r["status"] == "ok" for r in experiment["runs"]) == 12
 
 
 def test_bad_fio_input_exits_2_with_one_line(tmp_path: Path) -> None:
