@@ -67,7 +67,9 @@ def _journaled_mount(scratch: Scratch, target: Path) -> Iterator[None]:
         scratch.journal.done(ident)
 
 
-def _wait_until_mounted(target: Path, daemon: subprocess.Popen[bytes], log: Path) -> mounts.MountEntry:
+def _wait_until_mounted(
+    target: Path, daemon: subprocess.Popen[bytes], log: Path, name: str
+) -> mounts.MountEntry:
     deadline = time.monotonic() + _MOUNT_WAIT_S
     while time.monotonic() < deadline:
         entry = mounts.mount_of(target)
@@ -75,9 +77,9 @@ def _wait_until_mounted(target: Path, daemon: subprocess.Popen[bytes], log: Path
             return entry
         if daemon.poll() is not None:
             said = log.read_text(errors="replace").strip().splitlines()
-            raise SetupError(f"bindfs exited with status {daemon.returncode}: {said[-1] if said else ''}")
+            raise SetupError(f"{name} exited with status {daemon.returncode}: {said[-1] if said else ''}")
         time.sleep(0.02)
-    raise SetupError(f"bindfs did not mount {target} within {_MOUNT_WAIT_S:.0f}s")
+    raise SetupError(f"{name} did not mount {target} within {_MOUNT_WAIT_S:.0f}s")
 
 
 @register
@@ -88,12 +90,19 @@ class FuseLayer(Layer):
     tools = ("bindfs", "umount")
     filesystems = ("fuse",)
 
+    daemon_name = "bindfs"
+
+    def daemon_argv(self, source: Path, target: Path) -> list[str]:
+        """The daemon's command line, in the foreground (the pid held is the daemon's): a
+        subclass serves the mount with another FUSE program."""
+        return bindfs_argv(self.options, source, target)  # type: ignore[arg-type]
+
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: FuseOptions = self.options  # type: ignore[assignment]
         target = ctx.subdir(f"L{self.index}-fuse")
-        log = ctx.workdir / f"L{self.index}-bindfs.log"
-        argv = bindfs_argv(options, below.path, target)
+        name = self.daemon_name
+        log = ctx.workdir / f"L{self.index}-{name}.log"
+        argv = self.daemon_argv(below.path, target)
         daemon: subprocess.Popen[bytes] | None = None
 
         def start() -> int:
@@ -109,12 +118,12 @@ class FuseLayer(Layer):
         try:
             # Exits inside out: unmount while the daemon still serves, then stop it.
             with (
-                ctx.scratch.process(start, f"bindfs {target}", named=target) as pid,
+                ctx.scratch.process(start, f"{name} {target}", named=target) as pid,
                 _journaled_mount(ctx.scratch, target),
             ):
                 assert daemon is not None
-                entry = _wait_until_mounted(target, daemon, log)
-                line = f"{entry.line()} [bindfs pid {pid}: {' '.join(argv)}]"
+                entry = _wait_until_mounted(target, daemon, log, name)
+                line = f"{entry.line()} [{name} pid {pid}: {' '.join(argv)}]"
                 yield Exposed(path=target, mount_lines=[line], helper_pids=[pid], fs_size=below.fs_size)
         finally:
             if daemon is not None:

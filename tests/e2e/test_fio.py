@@ -5,12 +5,19 @@ import json
 import os
 import re
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, chromium, cli, one_line_error
+from helpers import REPO, TEST_ROOT, chromium, cli, one_line_error
 
-from layerbench.workloads import fio
+from layerbench.reports.base import render
+from layerbench.scratch import Scratch
+from layerbench.stacks.base import LAYER_KINDS, register
+from layerbench.stacks.fuse import FuseLayer
+from layerbench.store import Store
+from layerbench.validity import run_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -147,19 +154,74 @@ def test_bad_fio_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "sets directory" in said and not (tmp_path / "r.db").exists()
 
 
-def test_odirect_refusal_modes(needs_root: None, scratch_root: Path) -> None:
-    """buffered / fail / skip need a layer that refuses O_DIRECT; this kernel's tmpfs and
-    FUSE accept it, so the test looks for one and says so when there is none."""
-    scratch_root.mkdir(parents=True)
-    import subprocess
+NO_DIRECT_PLAN = """
+name = "fio-no-direct"
+reps = 2
+warmup = 0
+rerun_disturbed = 0
+[stacks.refusing]
+layers = [{{ kind = "test-no-odirect" }}]
+[workloads.w]
+kind = "fio"
+options = {{ rw = "write", bs = "64k", size = "4M", direct = 1, ioengine = "psync" }}
+direct_refused = "{mode}"
+"""
 
-    target = scratch_root / "t"
-    target.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8M", "tmpfs", str(target)], check=True)
+
+@pytest.fixture
+def refusing_layer() -> Iterator[None]:
+    """A FUSE passthrough that answers O_DIRECT opens with EINVAL (tests/fuse/): this
+    kernel's tmpfs and bindfs accept O_DIRECT, many FUSE file systems do not."""
     try:
-        refused = fio.refuses_direct(target)
+        import fuse  # noqa: F401 - fusepy, needs libfuse2
+    except (ImportError, OSError) as exc:
+        pytest.skip(f"fusepy with libfuse2 is missing (pip install fusepy; apt-get install libfuse2): {exc}")
+
+    @register
+    class NoDirectFuse(FuseLayer):
+        kind = "test-no-odirect"
+        summary = "a FUSE passthrough that refuses O_DIRECT (tests only)"
+        tools = ("umount",)
+        daemon_name = "no_odirect_fs"
+
+        def daemon_argv(self, source: Path, target: Path) -> list[str]:
+            return [
+                sys.executable,
+                str(REPO / "tests" / "fuse" / "no_odirect_fs.py"),
+                str(source),
+                str(target),
+            ]
+
+    try:
+        yield
     finally:
-        subprocess.run(["umount", str(target)], check=True)
-    if refused is None:
-        pytest.skip("no layer kind here refuses O_DIRECT (tmpfs accepts it since Linux 6.6)")
-    assert refused
+        del LAYER_KINDS["test-no-odirect"]
+
+
+@pytest.mark.parametrize("mode", ["buffered", "fail", "skip"])
+def test_odirect_refused_runs_buffered_fails_or_skips(
+    needs_root: None, refusing_layer: None, scratch_root: Path, tmp_path: Path, mode: str
+) -> None:
+    scratch = Scratch(scratch_root)
+    store = Store(tmp_path / "r.db")
+    try:
+        data = run_plan(NO_DIRECT_PLAN.format(mode=mode), scratch, store)
+    finally:
+        store.close()
+        scratch.tidy()
+    runs = data.runs
+    assert len(runs) == 2
+    if mode == "buffered":
+        assert all(r["status"] == "ok" and r["write_io_bytes"] == 4 << 20 for r in runs), runs
+        said = "ran buffered: O_DIRECT refused on this stack (Invalid argument)"
+        assert all(r["facts"]["fio_buffered"] == said for r in runs)
+        # Every report format says so beside the stack: the warnings and fio's own table.
+        assert f"refusing: {said}" in data.warnings
+        text = render(data, "text")
+        assert "buffered (O_DIRECT refused)" in text and said in text
+    else:
+        assert all(r["status"] == "failed" for r in runs)
+        errors = {r["error"] for r in runs}
+        said = f'fio: O_DIRECT refused on this stack (Invalid argument); direct_refused = "{mode}"'
+        expected = f"setup: {said}" if mode == "fail" else f"setup: skipped: {said}"
+        assert errors == {expected}, errors
