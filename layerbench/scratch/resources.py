@@ -107,6 +107,23 @@ def stop_process_group(pgid: int, start_time: str | None) -> bool:
     return bool(members)
 
 
+def stop_processes_under(path: Path) -> tuple[list[str], list[str]]:
+    """Kill every process whose command line, working directory or root points into path
+    (never this process or the ones that started it) and wait until they are gone: a helper
+    whose pid never reached its owner (a signal right after its start) would mount later.
+    Returns (what was stopped, what did not die)."""
+    spared = procfs.ancestors(os.getpid())
+    found = [pid for pid in procfs.pids() if pid not in spared and _points_into(pid, path)]
+    said = [f"stopped pid {pid} ({_describe(pid)}), which used {path}" for pid in found]
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    stuck = [
+        f"pid {pid} ({_describe(pid)}) did not die within {_GONE_WAIT_S:.0f} s" for pid in wait_gone(found)
+    ]
+    return said, stuck
+
+
 def remove_path(target: str, root: Path) -> bool:
     path = Path(target)
     if not inside(path, root):
@@ -183,15 +200,9 @@ class ProcessKind(ResourceKind):
     def sweep(self, recovery: Recovery) -> None:
         """Any process whose command line, working directory or root points into the scratch
         root (never this process or the ones that started it)."""
-        spared = procfs.ancestors(os.getpid())
-        found = [pid for pid in procfs.pids() if pid not in spared and _points_into(pid, recovery.root)]
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in found:
-            recovery.removed.append(f"stopped pid {pid} ({_describe(pid)}), which used {recovery.root}")
-        for pid in wait_gone(found):
-            recovery.problems.append(f"pid {pid} ({_describe(pid)}) did not die within {_GONE_WAIT_S:.0f} s")
+        stopped, stuck = stop_processes_under(recovery.root)
+        recovery.removed += stopped
+        recovery.problems += stuck
 
 
 class MountKind(ResourceKind):

@@ -83,7 +83,10 @@ class Scratch:
             if trial:  # every trial's teardown, also of a stack without mounts
                 failpoints.reached("teardown")
             # A signal can land between a mount and the registration of its teardown (inside
-            # ExitStack.enter_context): what is still mounted in here is ours, so it goes too.
+            # ExitStack.enter_context), or between a helper's start and its pid reaching us:
+            # what still runs in here or is mounted in here is ours, so it goes too, daemons
+            # first (a live one could mount after the unmount).
+            resources.stop_processes_under(path)
             resources.unmount_all_under(path, hurry=self.hurry)
             resources.remove_path(str(path), self.root)
             self.journal.done(self._dir_idents.pop(str(path)))
@@ -123,9 +126,9 @@ class Scratch:
             raise SetupError(f"a helper process must name a path in {self.root}, not {named}")
         ident = self.journal.add("process", label, named=str(named))
         pid = start()
-        failpoints.reached("helper-started")  # started, its pid not yet journaled
-        self.journal.update(ident, pid=pid, start_time=procfs.start_time(pid))
-        try:
+        try:  # from here on, whatever happens stops it (a signal at the next line too)
+            failpoints.reached("helper-started")  # started, its pid not yet journaled
+            self.journal.update(ident, pid=pid, start_time=procfs.start_time(pid))
             yield pid
         finally:
             resources.stop_process(pid, None, hurry=self.hurry)

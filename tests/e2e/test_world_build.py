@@ -183,6 +183,28 @@ def test_kill_9_around_a_fuse_daemon_then_clean(as_root: None, tmp_path: Path, p
     assert leftovers_after(scratch, 5) == []
 
 
+@pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM"])
+def test_a_signal_right_after_a_fuse_daemon_starts_stops_it_and_leaves_nothing(
+    as_root: None, tmp_path: Path, signame: str
+) -> None:
+    """The daemon is started, its pid not yet with its owner: the run must still stop it
+    before it mounts behind the teardown's back (the stress script found this once)."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(FUSE_SLOW_PLAN)
+    scratch = TEST_ROOT / f"daemon-signalled-{signame}"
+    args = ("run", str(plan), "--db", str(tmp_path / "r.db"), "--scratch", str(scratch), "--quiet")
+    child = start_cli(*args, "--no-namespace", env={"LAYERBENCH_STOP_AT": "helper-started"})
+    wait_stopped(child)
+    # At once: the daemon is still mounting, and would finish after the teardown unmounted.
+    child.send_signal(getattr(signal, signame))
+    child.send_signal(signal.SIGCONT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "internal error" not in stderr and "Traceback" not in stderr
+    assert not _bindfs_processes(scratch)
+    assert leftovers(scratch) == []
+
+
 def test_a_debian_source_package_builds_from_a_read_only_image(as_root: None, tmp_path: Path) -> None:
     """zlib from Debian's sources, its compiler from a read-only ext4 image made with -d."""
     plan = """
