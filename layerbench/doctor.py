@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from layerbench import footprint, procfs, system
+from layerbench import footprint, procfs, sentinel, system
 from layerbench.errors import UserError
 from layerbench.experiment import make_workloads
 from layerbench.plan import Plan
@@ -286,18 +286,7 @@ def check_thp() -> Check:
 
 
 def _timed_write(path: Path) -> float:
-    block = b"\0" * 2**20
-    start = time.monotonic()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for _ in range(PROBE_BYTES // len(block)):
-            os.write(fd, block)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.monotonic() - start
-    path.unlink()
-    return elapsed
+    return sentinel.fsync_write_seconds(path, PROBE_BYTES, b"\0")
 
 
 @contextlib.contextmanager

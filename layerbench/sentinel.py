@@ -53,19 +53,25 @@ def _memory(_: Path) -> float:
     return time.perf_counter() - began
 
 
-def _device(directory: Path) -> float:
-    path = directory / "fsync.dat"
-    block = b"\x5a" * (1 << 20)
+def fsync_write_seconds(path: Path, size: int, byte: bytes = b"\x5a") -> float:
+    """Seconds to write size bytes (of byte) into a new file at path and fsync it; the file
+    goes after."""
+    block = byte * (1 << 20)
     began = time.perf_counter()
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        for _ in range(DEVICE_BYTES // len(block)):
+        for _ in range(max(1, size // len(block))):
             os.write(descriptor, block)
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+    elapsed = time.perf_counter() - began
     path.unlink()
-    return time.perf_counter() - began
+    return elapsed
+
+
+def _device(directory: Path) -> float:
+    return fsync_write_seconds(directory / "fsync.dat", DEVICE_BYTES)
 
 
 def _files(directory: Path) -> float:

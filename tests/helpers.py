@@ -140,3 +140,20 @@ def chromium(*args: str) -> subprocess.CompletedProcess[str]:
         )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+_MEASURE_FIGURES = """<script>
+for (const f of document.querySelectorAll('.figure')) {
+  const box = f.querySelector('svg').getBoundingClientRect();
+  f.setAttribute('data-drawn', Math.round(box.width) + 'x' + Math.round(box.height));
+}</script></body>"""
+
+
+def drawn_figures(page: Path, work: Path) -> tuple[dict[str, tuple[int, int]], str]:
+    """Render an HTML report in headless Chromium and ask the page how large each figure
+    is drawn: (figure id -> (width, height) in pixels, the rendered DOM)."""
+    probe = work / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", _MEASURE_FIGURES))
+    dom = chromium("--dump-dom", f"file://{probe}").stdout
+    found = re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+)x(\d+)\"", dom)
+    return {name: (int(w), int(h)) for name, w, h in found}, dom

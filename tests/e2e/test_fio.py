@@ -3,14 +3,13 @@ fails at run time, bad input, and the O_DIRECT refusal where a layer here refuse
 
 import json
 import os
-import re
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, chromium, cli, one_line_error
+from helpers import REPO, TEST_ROOT, cli, drawn_figures, one_line_error
 
 from layerbench.reports.base import render
 from layerbench.scratch import Scratch
@@ -89,20 +88,8 @@ def test_the_html_report_draws_a_latency_cdf_per_workload_and_direction(db: Path
         pytest.skip("chromium is not installed (apt-get install chromium)")
     page = tmp_path / "report.html"
     cli("report", "--db", str(db), "--format", "html", "-o", str(page), check=True)
-    probe = tmp_path / "probe.html"
-    probe.write_text(
-        page.read_text().replace(
-            "</body>",
-            """<script>
-for (const f of document.querySelectorAll('.figure')) {
-  const box = f.querySelector('svg').getBoundingClientRect();
-  f.setAttribute('data-drawn', Math.round(box.width) + 'x' + Math.round(box.height));
-}</script></body>""",
-        )
-    )
-    dom = chromium("--dump-dom", f"file://{probe}").stdout
-    pattern = r"id=\"(latency-cdf-[\w-]+)\" data-drawn=\"(\d+)x(\d+)\""
-    drawn = {name: (int(w), int(h)) for name, w, h in re.findall(pattern, dom)}
+    everything, dom = drawn_figures(page, tmp_path)
+    drawn = {name: size for name, size in everything.items() if name.startswith("latency-cdf-")}
     # rand reads and seq writes (every run of missing failed: no latencies).
     assert set(drawn) == {"latency-cdf-rand-read", "latency-cdf-seq-write"}, dom[-1500:]
     assert all(w > 300 and h > 100 for w, h in drawn.values()), drawn

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEST_ROOT, chromium, cli, one_line_error
+from helpers import TEST_ROOT, chromium, cli, drawn_figures, one_line_error
 
 pytestmark = pytest.mark.e2e
 
@@ -185,24 +185,11 @@ def test_html_renders_in_chromium_with_its_plots(db: Path, tmp_path: Path) -> No
     target = tmp_path / "report.html"
     cli("report", "--db", str(db), "--format", "html", "-o", str(target), check=True)
     # Ask the rendered page itself how large each plot is drawn.
-    probe = tmp_path / "probe.html"
-    probe.write_text(
-        target.read_text().replace(
-            "</body>",
-            """<script>
-for (const f of document.querySelectorAll('.figure')) {
-  const box = f.querySelector('svg').getBoundingClientRect();
-  f.setAttribute('data-drawn', Math.round(box.width) + 'x' + Math.round(box.height));
-}</script></body>""",
-        )
-    )
-    dom = chromium("--dump-dom", f"file://{probe}").stdout
-    drawn = dict(re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+x\d+)\"", dom))
+    drawn, dom = drawn_figures(target, tmp_path)
     expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
     assert set(drawn) == expected, dom[-2000:]
-    for name, size in drawn.items():
-        width, height = (int(v) for v in size.split("x"))
-        assert width > 300 and height > 100, (name, size)
+    for name, (width, height) in drawn.items():
+        assert width > 300 and height > 100, (name, width, height)
     shot = tmp_path / "report.png"
     done = chromium("--window-size=1280,4200", f"--screenshot={shot}", f"file://{target}")
     assert shot.exists(), done.stderr[-2000:]
