@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from layerbench import sentinel
 from layerbench.stats import family, methods
@@ -73,6 +72,8 @@ def _material(ratio: float) -> bool:
 def within(samples: list[sentinel.Sample]) -> list[Movement]:
     """Each part's trend over one experiment; the ratio is the later half's median over the
     earlier half's."""
+    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+
     found: list[tuple[str, float, float, tuple[int, int]]] = []
     for part in _parts(samples):
         values = _values(samples, part)

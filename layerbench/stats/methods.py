@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 # Exact rank distributions are counted for samples up to this size; beyond, the normal
 # approximation of the same statistic is used (its floor is then far below any level).
@@ -115,6 +114,8 @@ def _rank_fit(method: str, w: np.ndarray, cdf: Callable[[int], float]) -> Fit:
 
 
 def _normal_cdf(mean: float, sd: float) -> Callable[[int], float]:
+    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+
     return lambda t: float(scipy_stats.norm.cdf((t + 0.5 - mean) / sd)) if sd > 0 else float(t >= mean)
 
 
@@ -145,10 +146,14 @@ def rank_sum(log_a: np.ndarray, log_b: np.ndarray) -> Fit:
 
 @lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: float) -> float:
+    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+
     return float(scipy_stats.t.ppf(q, df))
 
 
 def _t_fit(method: str, estimate: float, se: float, df: float) -> Fit:
+    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+
     if se == 0 or not math.isfinite(se):
         # Every repetition gave the same ratio: no spread to test against.
         exact = estimate == 0
