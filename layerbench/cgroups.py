@@ -1,5 +1,6 @@
-"""Block I/O control groups: where the kernel's blkio (cgroup v1) or io (cgroup v2)
-controller lives, and creating, limiting and removing our groups.
+"""Control groups: where the kernel's blkio (cgroup v1) or io (cgroup v2) controller lives,
+the v2 tree that gives a run its own pressure stall time, and creating, limiting and
+removing our groups.
 
 Every group layerbench makes sits under one parent named `layerbench` and is named after
 the scratch root that owns it (slashes become '%'), so a check can tell whose it is and
@@ -29,6 +30,7 @@ class Hierarchy:
 
     version: int  # 1: blkio controller, 2: unified tree with the io controller
     mount_point: Path
+    io: bool = True  # False: a v2 tree used only for a group's pressure files (no controller)
 
     @property
     def parent(self) -> Path:
@@ -57,6 +59,17 @@ def io_hierarchy() -> Hierarchy | None:
     for fstype, point, options in mounts:
         if fstype == "cgroup" and "blkio" in options.split(","):
             return Hierarchy(1, point)
+    return None
+
+
+def pressure_hierarchy() -> Hierarchy | None:
+    """A cgroup v2 tree where a group of our own reports its own pressure stall time
+    (io.pressure, cpu.pressure, memory.pressure need no controller), when PSI is on."""
+    if not Path("/proc/pressure/io").exists():
+        return None
+    for fstype, point, _ in _cgroup_mounts():
+        if fstype == "cgroup2" and (point / "cgroup.procs").exists():
+            return Hierarchy(2, point, io=False)
     return None
 
 
@@ -97,10 +110,10 @@ def create(hierarchy: Hierarchy, name: str) -> Path:
     path = hierarchy.parent / name
     for _ in range(3):
         try:
-            if hierarchy.version == 2:
+            if hierarchy.version == 2 and hierarchy.io:
                 _enable_io_below(hierarchy.mount_point)
             hierarchy.parent.mkdir(exist_ok=True)
-            if hierarchy.version == 2:
+            if hierarchy.version == 2 and hierarchy.io:
                 _enable_io_below(hierarchy.parent)
             path.mkdir()
             return path

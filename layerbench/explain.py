@@ -31,13 +31,20 @@ metric's comparisons corrected as one family, see stats):
    slower stack whose CPU % fell while its helper used at least a tenth of the elapsed
    difference handed work to the helper rather than waiting.
 5. If no counter moved: "no counter explains it".
+6. Before the counters, the split of decompose.py: the elapsed difference, the parts of it
+   that are named by its rule (significant, same direction, at least a tenth of it) with
+   what is left unattributed, the bottom disk's busy share against the baseline's and the
+   write amplification down the stack's devices; the part that grew the most gives the
+   first reading ("the disk behind the stack (vda) was the bottleneck" when it is the I/O
+   stall and that disk was at least 80 % busy).
 """
 
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from layerbench import metrics
+from layerbench import decompose, metrics
 from layerbench.stats import Summary
 
 MOVED_RATIO = 1.25
@@ -108,16 +115,23 @@ class Why:
     moved: list[Moved] = field(default_factory=list)
     readings: list[str] = field(default_factory=list)
     helper_cpu_s: float | None = None
+    attribution: decompose.Attribution | None = None  # rule 6
+    evidence: decompose.Evidence | None = None
 
     def line(self) -> str:
         parts = [f"elapsed x{_ratio(self.elapsed.ratio or 0)}"]
         if self.elapsed.ratio_ci_low is not None and self.elapsed.ratio_ci_high is not None:
             parts[0] += f" [{_ratio(self.elapsed.ratio_ci_low)}-{_ratio(self.elapsed.ratio_ci_high)}]"
+        if self.attribution is not None:
+            parts.append(self.attribution.text())
+            if self.attribution.named and self.evidence is not None:
+                parts += self.evidence.texts()
         if self.cpu:
             reading = next(r for r in self.readings if r in CPU_READINGS)
             parts.append(f"CPU {self.cpu[0]:.1f}% -> {self.cpu[1]:.1f}%: {reading}")
         parts += [m.text() for m in self.moved]
-        if self.helper_cpu_s:
+        named = {c.metric for c in self.attribution.named} if self.attribution else set()
+        if self.helper_cpu_s and "helper_cpu_s" not in named:
             parts.append(f"helper processes {self.helper_cpu_s:.2f}s CPU outside the workload's counters")
         readings = [r for r in self.readings if r not in CPU_READINGS]
         if readings:
@@ -153,9 +167,17 @@ def _moved(row: Summary | None, base: Summary | None) -> Moved | None:
     return Moved(row.metric, base.median, row.median, row.ratio, ci)
 
 
-def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) -> Why | None:
+def why(
+    summaries: Iterable[Summary],
+    baseline: str,
+    stack: str,
+    workload: str,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+) -> Why | None:
     """The read-out for stack against baseline under workload, or None if its elapsed
-    time does not differ significantly."""
+    time does not differ significantly. groups: the measured runs by (stack, workload), for
+    the devices and kernel threads of rule 6."""
+    summaries = list(summaries)
     rows = {(s.stack, s.metric): s for s in summaries if s.workload == workload}
     elapsed = rows.get((stack, "wall_s"))
     if stack == baseline or elapsed is None or elapsed.decision not in ("slower", "faster"):
@@ -183,12 +205,46 @@ def why(summaries: Iterable[Summary], baseline: str, stack: str, workload: str) 
     # A counter explains the difference only when it moved the same way as the elapsed time.
     explaining = READINGS_UP if slower else READINGS_DOWN
     readers = [m for m in moved if m.up == slower and m.metric in explaining]
+    attribution = _attribution(summaries, baseline, stack, workload, groups)
+    named = {c.metric for c in attribution.named} if attribution else set()
+    moved = [m for m in moved if m.metric not in named]
+    readers = [m for m in readers if m.metric not in named]
     result.moved = moved[:MOST] + [m for m in readers if m not in moved[:MOST]]
     result.readings += [explaining[m.metric] for m in readers]
+    if attribution is not None:
+        result.attribution = attribution
+        proof = decompose.evidence(groups or {}, baseline, stack, workload)
+        result.evidence = proof
+        if attribution.top is not None:
+            threads = decompose.grown_threads(groups or {}, baseline, stack, workload)
+            # The split's reading comes first: it is the largest measured part.
+            result.readings.insert(1 if result.cpu else 0, decompose.reading(attribution.top, proof, threads))
     return result
 
 
-def why_lines(summaries: list[Summary], baseline: str, stacks: list[str], workload: str) -> list[str]:
+def _attribution(
+    summaries: list[Summary],
+    baseline: str,
+    stack: str,
+    workload: str,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None,
+) -> decompose.Attribution | None:
+    """The split's attribution where the host measured the kernel's parts of it (runs
+    stored before they were measured keep the counters' read-out alone)."""
+    measured = any(
+        s.workload == workload and s.stack == stack and s.metric in decompose.KERNEL_METRICS and s.n
+        for s in summaries
+    )
+    return decompose.attribute(summaries, baseline, stack, workload, groups) if measured else None
+
+
+def why_lines(
+    summaries: list[Summary],
+    baseline: str,
+    stacks: list[str],
+    workload: str,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+) -> list[str]:
     """One line per stack that differs significantly, in the plan's order."""
-    found = (why(summaries, baseline, stack, workload) for stack in stacks)
+    found = (why(summaries, baseline, stack, workload, groups) for stack in stacks)
     return [w.line() for w in found if w is not None]

@@ -3,7 +3,9 @@
 With LAYERBENCH_STOP_AT=NAME in the environment, the process stops itself (SIGSTOP) the
 first time it reaches NAME; the test then sends SIGKILL and checks the recovery. Without
 the variable this costs one dictionary lookup. LAYERBENCH_RAISE_AT=NAME raises an
-unexpected exception there instead (a stand-in for a bug, to test how one is reported)."""
+unexpected exception there instead (a stand-in for a bug, to test how one is reported).
+LAYERBENCH_TEST_SYNC_TOP_ONLY=1 makes a workload's final sync reach only the stack's top,
+not the file systems under it: the bug the durability check exists to catch."""
 
 import os
 import signal
@@ -13,6 +15,11 @@ _RAISE_ENV = "LAYERBENCH_RAISE_AT"
 _reached: set[str] = set()
 
 POINTS = ("helper-started", "stack-built", "run-started", "run-finished", "teardown", "churn-mounted")
+
+
+def sync_top_only() -> bool:
+    """Test-only: leave out the sync of the file systems below the top (see durability)."""
+    return os.environ.get("LAYERBENCH_TEST_SYNC_TOP_ONLY") == "1"
 
 
 def reached(name: str) -> None:

@@ -1,5 +1,5 @@
 """One run: a child process timed with a monotonic clock and measured with wait4, plus
-the block devices' and helper processes' counters across the same interval."""
+the block devices', helper processes' and kernel's counters across the same interval."""
 
 import contextlib
 import os
@@ -14,7 +14,9 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from layerbench import cgroups, noise, procfs, sampling
+from layerbench import cgroups, kernelstats, noise, procfs, sampling
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def drop_caches() -> None:
@@ -46,6 +48,21 @@ class RunCounters:
     read_ios: int
     write_ios: int
     helper_cpu_s: float
+    # From the kernel (kernelstats): None where this host does not have it, or the run was
+    # measured elsewhere (a guest).
+    psi_io_some_s: float | None = None
+    psi_io_full_s: float | None = None
+    psi_cpu_some_s: float | None = None
+    psi_memory_some_s: float | None = None
+    kthread_cpu_s: float | None = None
+    vm_majfault: int | None = None
+    vm_written_bytes: int | None = None
+    dirty_peak_bytes: int | None = None
+    # The bottom device of the stack (the disk behind a loop device).
+    disk_write_bytes: int | None = None
+    disk_busy_pct: float | None = None
+    disk_wait_ms: float | None = None
+    disk_in_flight_peak: int | None = None
     devices: dict[str, dict[str, int]] = field(default_factory=dict)
     samples: list[dict[str, float]] = field(default_factory=list)  # sampling.Sample rows
     sampler: dict[str, float] = field(default_factory=dict)  # the sampler's own cost
@@ -89,18 +106,21 @@ def run_timed(
     on_start: Callable[[int], None] | None = None,
     cgroups: list[Path] = (),  # type: ignore[assignment]
     cpus: list[int] | None = None,
+    pressure_group: Path | None = None,
 ) -> RunCounters:
     """Run argv to completion and measure it. The child runs in its own process group so
     a timeout or Ctrl-C can stop every process it started; it is in the control groups
     (their cgroup.procs files) and on the CPUs given from its first instruction.
-    on_start(pid) is told the child's pid (its process group id) at once, for the journal."""
+    on_start(pid) is told the child's pid (its process group id) at once, for the journal.
+    pressure_group: a cgroup v2 directory among cgroups that holds only the child, whose
+    pressure files give the run's own stall time."""
     full_env = {**os.environ, **(env or {})}
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
         return failed(f"cannot start {argv[0]}: no such program")
     with _rss_file() as rss_name, _stderr_to(stderr_path) as stderr_target:
         spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
-        before = _Before.take(devices, helper_pids)
+        before = _Before.take(devices, helper_pids, pressure_group)
         with sampling.Sampler(list(devices)) as sampler:
             start = time.monotonic()
             try:
@@ -126,7 +146,8 @@ def run_timed(
     exit_code = os.waitstatus_to_exitcode(status)
     if error is None and exit_code != 0:
         error = _describe_exit(exit_code, stderr_path)
-    return _counters(before, devices, usage, wall, maxrss_kb, exit_code, error, sampler, cpus)
+    kernel_after = kernelstats.Snapshot.take(pressure_group)
+    return _counters(before, devices, usage, wall, maxrss_kb, exit_code, error, sampler, cpus, kernel_after)
 
 
 @contextlib.contextmanager
@@ -183,13 +204,15 @@ class _Before:
     disks: dict[str, procfs.DiskCounters]
     helpers: dict[int, float]
     quiet: noise.Snapshot
+    kernel: kernelstats.Snapshot
 
     @classmethod
-    def take(cls, devices: list[str], helper_pids: list[int]) -> "_Before":
+    def take(cls, devices: list[str], helper_pids: list[int], pressure_group: Path | None) -> "_Before":
         return cls(
             procfs.read_diskstats(list(devices)),
             {pid: procfs.cpu_seconds_with_children(pid) for pid in helper_pids},
             noise.snapshot(),
+            kernelstats.Snapshot.take(pressure_group),
         )
 
 
@@ -203,8 +226,10 @@ def _counters(
     error: str | None,
     sampler: sampling.Sampler,
     cpus: list[int] | None,
+    kernel_after: kernelstats.Snapshot,
 ) -> RunCounters:
     disks_after = procfs.read_diskstats(list(devices))
+    kernel = kernelstats.delta(before.kernel, kernel_after)
     helper_cpu = max(
         sum(procfs.cpu_seconds_with_children(pid) - cpu for pid, cpu in before.helpers.items()), 0.0
     )
@@ -233,11 +258,51 @@ def _counters(
         read_ios=top.get("read_ios", 0),
         write_ios=top.get("write_ios", 0),
         helper_cpu_s=helper_cpu,
+        psi_io_some_s=kernel.psi_io_some_s,
+        psi_io_full_s=kernel.psi_io_full_s,
+        psi_cpu_some_s=kernel.psi_cpu_some_s,
+        psi_memory_some_s=kernel.psi_memory_some_s,
+        kthread_cpu_s=kernel.kthread_cpu_s,
+        vm_majfault=kernel.vmstat.get("pgmajfault"),
+        vm_written_bytes=kernel.vmstat["nr_written"] * _PAGE if "nr_written" in kernel.vmstat else None,
+        dirty_peak_bytes=max((s.dirty_bytes for s in sampler.samples), default=None),
+        **_bottom_disk(per_device, devices, wall, sampler.samples),
         devices=per_device,
         samples=[sample.as_row() for sample in sampler.samples],
         sampler=sampler.cost.as_dict() if sampler.cost else {},
-        facts={**quiet, **({"cpus": cpus} if cpus else {})},
+        facts={**quiet, **({"cpus": cpus} if cpus else {}), "kernel": _kernel_facts(kernel, devices)},
     )
+
+
+def _bottom_disk(
+    per_device: dict[str, dict[str, int]], devices: list[str], wall: float, samples: list[sampling.Sample]
+) -> dict[str, Any]:
+    """The disk at the bottom of the stack: its bytes written, busy share, wait per request
+    and peak queue during the run."""
+    bottom = per_device.get(devices[-1]) if devices else None
+    if bottom is None:
+        return {}
+    requests = bottom["read_ios"] + bottom["write_ios"]
+    return {
+        "disk_write_bytes": bottom["write_bytes"],
+        "disk_busy_pct": min(100.0, 100.0 * bottom["busy_ms"] / 1000 / wall) if wall > 0 else None,
+        "disk_wait_ms": (bottom["read_ms"] + bottom["write_ms"]) / requests if requests else None,
+        "disk_in_flight_peak": max((s.disk_in_flight for s in samples), default=None),
+    }
+
+
+def _kernel_facts(kernel: kernelstats.KernelCounters, devices: list[str]) -> dict[str, object]:
+    """What the kernel saw that is not a registry metric, for the record and the reports."""
+    return {
+        "psi_scope": kernel.psi_scope,
+        "system_psi_s": {k: round(v, 6) for k, v in kernel.system_psi.items()},
+        "host_busy_pct": kernel.host_busy_pct,
+        "host_iowait_pct": kernel.host_iowait_pct,
+        "host_steal_pct": kernel.host_steal_pct,
+        "vmstat": kernel.vmstat,
+        "threads_cpu_s": kernel.threads,
+        "devices_top_first": list(devices),
+    }
 
 
 def _read_rss(path: str) -> int | None:

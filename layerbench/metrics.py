@@ -4,7 +4,7 @@ the report's table columns all derive from this list. Adding a counter is one en
 plus the code that measures it (which fills the field of the same name in the run's
 counters)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Better = Literal["lower", "higher"] | None
@@ -24,6 +24,13 @@ class Metric:
     # Reported by the workload (its Prepared.metrics after the run), not by every run: fio's
     # IOPS and latencies. A workload that does not report it has no summary row for it.
     reported: bool = False
+    # Measured only where the host has it (PSI, schedstat): a workload whose runs all lack
+    # it has no summary row for it.
+    optional: bool = False
+
+
+def _optional(*found: Metric) -> tuple[Metric, ...]:
+    return tuple(replace(metric, optional=True) for metric in found)
 
 
 METRICS: tuple[Metric, ...] = (
@@ -54,6 +61,67 @@ METRICS: tuple[Metric, ...] = (
     Metric("read_ios", "read requests to the device", "ios", integer=True, compared=False),
     Metric("write_ios", "write requests to the device", "ios", integer=True, compared=False),
     Metric("helper_cpu_s", "CPU of helper processes", "s", better="lower", headline=True),
+    # From the kernel (kernelstats): the run's own PSI where it has a cgroup v2 group, else
+    # system-wide; the rest say system-wide in their label. Absent (None) on a host without.
+    *_optional(
+        Metric(
+            "psi_io_some_s", "time stalled on I/O (PSI)", "s", better="lower", explains=True, material=0.01
+        ),
+        Metric("psi_io_full_s", "time fully stalled on I/O (PSI)", "s", compared=False),
+        Metric(
+            "psi_cpu_some_s",
+            "time waiting for a CPU (PSI)",
+            "s",
+            better="lower",
+            explains=True,
+            material=0.01,
+        ),
+        Metric(
+            "psi_memory_some_s",
+            "time stalled on memory (PSI)",
+            "s",
+            better="lower",
+            explains=True,
+            material=0.01,
+        ),
+        Metric(
+            "kthread_cpu_s",
+            "CPU of kernel threads (system-wide)",
+            "s",
+            better="lower",
+            explains=True,
+            material=0.01,
+        ),
+        Metric(
+            "vm_majfault",
+            "major page faults (system-wide)",
+            "faults",
+            integer=True,
+            explains=True,
+            material=10,
+        ),
+        Metric("vm_written_bytes", "pages written back (system-wide)", "bytes", integer=True, compared=False),
+        Metric(
+            "dirty_peak_bytes",
+            "peak dirty + writeback memory (system-wide)",
+            "bytes",
+            integer=True,
+            compared=False,
+        ),
+        Metric(
+            "disk_write_bytes",
+            "bytes written to the disk below",
+            "bytes",
+            integer=True,
+            explains=True,
+            material=2**20,
+        ),
+        Metric("disk_busy_pct", "disk busy", "%", explains=True, material=5.0),
+        Metric("disk_wait_ms", "disk wait per request", "ms", better="lower", explains=True, material=0.05),
+        Metric(
+            "disk_in_flight_peak", "disk requests in flight, peak", "requests", integer=True, compared=False
+        ),
+    ),
     *(
         metric
         for direction in ("read", "write")

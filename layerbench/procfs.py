@@ -165,6 +165,7 @@ def available_memory() -> int | None:
 # ---- counters ------------------------------------------------------------------------------
 
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
@@ -173,10 +174,28 @@ class DiskCounters:
     read_bytes: int = 0
     write_ios: int = 0
     write_bytes: int = 0
+    read_ms: int = 0  # time reads waited, summed over requests
+    write_ms: int = 0
+    busy_ms: int = 0  # io_ticks: time with at least one request in flight (utilisation)
+    queue_ms: int = 0  # weighted time in queue (requests x ms)
+    in_flight: int = 0  # a level, not a counter
+
+
+_DELTA_KEYS = (
+    "read_ios",
+    "read_bytes",
+    "write_ios",
+    "write_bytes",
+    "read_ms",
+    "write_ms",
+    "busy_ms",
+    "queue_ms",
+)
 
 
 def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
-    """Cumulative I/O counters of the named block devices (vda, loop3 ...)."""
+    """Cumulative I/O counters of the named block devices (vda, loop3 ...), in the order
+    asked for."""
     wanted = set(names)
     found: dict[str, DiskCounters] = {}
     with open("/proc/diskstats") as handle:
@@ -188,8 +207,13 @@ def read_diskstats(names: list[str]) -> dict[str, DiskCounters]:
                     read_bytes=int(fields[5]) * _SECTOR,
                     write_ios=int(fields[7]),
                     write_bytes=int(fields[9]) * _SECTOR,
+                    read_ms=int(fields[6]),
+                    write_ms=int(fields[10]),
+                    in_flight=int(fields[11]),
+                    busy_ms=int(fields[12]),
+                    queue_ms=int(fields[13]),
                 )
-    return found
+    return {name: found[name] for name in names if name in found}
 
 
 def disk_deltas(
@@ -197,13 +221,21 @@ def disk_deltas(
 ) -> dict[str, dict[str, int]]:
     """What each device did between two readings, keyed prefix + name."""
     return {
-        prefix + name: {
-            key: getattr(after[name], key) - getattr(before[name], key)
-            for key in ("read_ios", "read_bytes", "write_ios", "write_bytes")
-        }
+        prefix + name: {key: getattr(after[name], key) - getattr(before[name], key) for key in _DELTA_KEYS}
         for name in before
         if name in after
     }
+
+
+def dirty_bytes() -> int:
+    """Dirty and under-writeback page cache of the whole host (nr_dirty + nr_writeback)."""
+    text = Path("/proc/vmstat").read_text()
+    total = 0
+    for key in ("\nnr_dirty ", "\nnr_writeback "):
+        at = text.find(key)
+        if at >= 0:
+            total += int(text[at + len(key) : text.index("\n", at + 1)])
+    return total * _PAGE
 
 
 def read_cpu() -> tuple[int, int, int]:

@@ -1,7 +1,8 @@
 """Time series during a timed run: every 100 ms, the stack's block devices' read and write
-bytes (/proc/diskstats) and the host's CPU busy and iowait shares (/proc/stat).
+bytes and the bottom device's requests in flight (/proc/diskstats), the host's CPU busy and
+iowait shares (/proc/stat) and its dirty and writeback memory (/proc/vmstat).
 
-The sampler is one thread of the runner that sleeps between samples; each sample is two
+The sampler is one thread of the runner that sleeps between samples; each sample is three
 small /proc reads. Its own CPU time is measured (thread CPU clock) and stored with the run,
 so a report can show that it did not disturb the run. The workload is a child process:
 its wait4 rusage never includes the sampler.
@@ -28,6 +29,8 @@ class Sample:
     disk_write_bytes: int
     cpu_busy_pct: float  # host-wide: every CPU, not only the workload
     cpu_iowait_pct: float
+    dirty_bytes: int = 0  # host-wide nr_dirty + nr_writeback at the end of the interval
+    disk_in_flight: int = 0  # requests in flight on the bottom device at the end of the interval
 
     def as_row(self) -> dict[str, float]:
         return asdict(self)
@@ -77,18 +80,19 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def _read(self) -> tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]]:
+    def _read(self) -> tuple[float, dict[str, tuple[int, int, int]], tuple[int, int, int], int]:
         disks = procfs.read_diskstats(self.devices) if self.devices else {}
         return (
             time.monotonic(),
-            {name: (c.read_bytes, c.write_bytes) for name, c in disks.items()},
+            {name: (c.read_bytes, c.write_bytes, c.in_flight) for name, c in disks.items()},
             read_cpu(),
+            procfs.dirty_bytes(),
         )
 
     def _loop(self) -> None:
         cpu_start = time.thread_time()
-        start, disks, cpu = self._read()
-        previous = (start, disks, cpu)
+        previous = self._read()
+        start = previous[0]
         ticks = 0
         while True:
             ticks += 1
@@ -109,8 +113,8 @@ class Sampler:
     def _delta(
         self,
         start: float,
-        before: tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]],
-        after: tuple[float, dict[str, tuple[int, int]], tuple[int, int, int]],
+        before: tuple[float, dict[str, tuple[int, int, int]], tuple[int, int, int], int],
+        after: tuple[float, dict[str, tuple[int, int, int]], tuple[int, int, int], int],
     ) -> Sample:
         def bytes_of(device: str | None, which: int) -> int:
             if device is None or device not in before[1] or device not in after[1]:
@@ -129,4 +133,6 @@ class Sampler:
             disk_write_bytes=bytes_of(self._bottom, 1),
             cpu_busy_pct=100.0 * (total - idle - iowait) / total if total > 0 else 0.0,
             cpu_iowait_pct=100.0 * iowait / total if total > 0 else 0.0,
+            dirty_bytes=after[3],
+            disk_in_flight=after[1][self._bottom][2] if self._bottom in after[1] else 0,
         )

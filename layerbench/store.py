@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS samples (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     t_s REAL NOT NULL, dt_s REAL NOT NULL,
     read_bytes INTEGER, write_bytes INTEGER, disk_read_bytes INTEGER, disk_write_bytes INTEGER,
-    cpu_busy_pct REAL, cpu_iowait_pct REAL
+    cpu_busy_pct REAL, cpu_iowait_pct REAL, dirty_bytes INTEGER, disk_in_flight INTEGER
 );
 CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
 CREATE TABLE IF NOT EXISTS sentinels (
@@ -98,7 +98,10 @@ SAMPLE_COLUMNS = (
     "disk_write_bytes",
     "cpu_busy_pct",
     "cpu_iowait_pct",
+    "dirty_bytes",
+    "disk_in_flight",
 )
+_LATER_SAMPLE_COLUMNS = {"dirty_bytes": "INTEGER", "disk_in_flight": "INTEGER"}
 
 
 def now() -> str:
@@ -130,12 +133,17 @@ class Store:
             )
 
     def _add_missing_metric_columns(self) -> None:
-        """A file written before a metric was registered gets its column (empty for old runs)."""
+        """A file written before a metric (or a sample column) was registered gets its column
+        (empty for old runs)."""
         present = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
         for name in metrics.column_names():
             if name not in present:
                 kind = "INTEGER" if metrics.BY_NAME[name].integer else "REAL"
                 self.db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+        present = {row[1] for row in self.db.execute("PRAGMA table_info(samples)")}
+        for name, kind in _LATER_SAMPLE_COLUMNS.items():
+            if name not in present:
+                self.db.execute(f"ALTER TABLE samples ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
         self.db.close()
@@ -228,7 +236,7 @@ class Store:
             self.db.executemany(
                 f"INSERT INTO samples (run_id, {', '.join(SAMPLE_COLUMNS)})"
                 f" VALUES (?, {', '.join('?' for _ in SAMPLE_COLUMNS)})",
-                [(run_id, *(sample[c] for c in SAMPLE_COLUMNS)) for sample in samples],
+                [(run_id, *(sample.get(c) for c in SAMPLE_COLUMNS)) for sample in samples],
             )
         except BaseException:
             self.db.execute("ROLLBACK")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from layerbench import failpoints, host, measure, metrics, sentinel, settle, worlds
+from layerbench import cgroups, durability, failpoints, host, measure, metrics, sentinel, settle, worlds
 from layerbench.errors import SetupError, UserError
 from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
 from layerbench.guest import machine
@@ -101,6 +101,10 @@ class LocalExecutor(Executor):
                     counters = dataclasses.replace(counters, error=f"{counters.error}; {prepared.failure}")
             failpoints.reached("run-finished")
         facts = dict(prepared.facts) | settled.facts()
+        if counters.status == "ok" and (
+            durable := durability.check(prepared.durable_bytes, devices, counters.devices)
+        ):
+            facts["durability"] = durable
         reported = {k: v for k, v in prepared.metrics.items() if k in metrics.reported()}
         return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record, reported)
 
@@ -117,6 +121,7 @@ class LocalExecutor(Executor):
         if prepared.drop_caches:
             measure.drop_caches()
         settled = self._settle(setting, devices)
+        procs, pressure = self._pressure_group(built, workdir, resources)
         counters = measure.run_timed(
             prepared.argv,
             cwd=prepared.cwd,
@@ -126,10 +131,30 @@ class LocalExecutor(Executor):
             helper_pids=built.helper_pids,
             stderr_path=workdir / "stderr",
             on_start=resources.enter_context(self._journaled_child(trial)),
-            cgroups=built.cgroup_procs,
+            cgroups=procs,
             cpus=setting.plan.cpus,
+            pressure_group=pressure,
         )
         return counters, settled
+
+    def _pressure_group(
+        self, built: BuiltStack, workdir: Path, resources: contextlib.ExitStack
+    ) -> tuple[list[Path], Path | None]:
+        """The stack's groups plus a cgroup v2 group that holds only the timed child, whose
+        pressure files give the run's own stall time (a throttle's group in that same tree
+        already does: a process is in one group per tree)."""
+        procs = list(built.cgroup_procs)
+        tree = cgroups.pressure_hierarchy()
+        if tree is None:
+            return procs, None
+        for existing in procs:
+            if tree.mount_point in existing.parents:
+                return procs, existing.parent
+        try:
+            group = resources.enter_context(self.scratch.cgroup(tree, f"{workdir.name}-run"))
+        except SetupError:
+            return procs, None  # the run is measured without its own pressure (system-wide PSI)
+        return [*procs, group / "cgroup.procs"], group
 
     def _settle(self, setting: Setting, devices: list[str]) -> settle.Settled:
         """Quiet devices under the scratch root and the stack before the timed run."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import adaptive, explain, fsstate, metrics, noise, sentinel, stats
+from layerbench import adaptive, decompose, durability, explain, fsstate, metrics, noise, sentinel, stats
 from layerbench.guest import notes as guest_notes
 from layerbench.reports import host_state
 from layerbench.sizes import format_size
@@ -50,7 +50,25 @@ class ReportData:
 
     def why_lines(self, workload: str) -> list[str]:
         """The "why" read-out for each stack that differs significantly (see explain.py)."""
-        return explain.why_lines(self.summaries, self.baseline, self.stacks, workload)
+        return explain.why_lines(
+            self.summaries, self.baseline, self.stacks, workload, stats.measured(self.runs)
+        )
+
+    def splits(self, workload: str) -> list[decompose.Split]:
+        """Each stack's median elapsed time, part by part (see decompose.py), where the host
+        measured the kernel's parts."""
+        found = [decompose.split(self.summaries, stack, workload) for stack in self.stacks]
+        kernel = decompose.KERNEL_METRICS
+        return [s for s in found if s is not None and any(s.parts.get(k) is not None for k in kernel)]
+
+    def split_lines(self, workload: str) -> list[str]:
+        return [f"{split.stack}: {split.text()}" for split in self.splits(workload)]
+
+    def flow_lines(self, workload: str) -> list[str]:
+        """Per stack with block devices: the workload's bytes down through them."""
+        groups = stats.measured(self.runs)
+        found = ((stack, decompose.flow_text(groups.get((stack, workload), []))) for stack in self.stacks)
+        return [f"{stack}: {text}" for stack, text in found if text]
 
     def helper_cpu(self, workload: str) -> dict[str, float]:
         """Median CPU seconds of each stack's helper processes, where it has any."""
@@ -108,7 +126,9 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
-    data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
+    data.warnings += (
+        adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs) + durability.warnings(runs)
+    )
     data.warnings += guest_notes.notes(runs) + [
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
     ]

@@ -1,10 +1,10 @@
-"""json: everything, for programs. The shape is documented in the README (schema 3)."""
+"""json: everything, for programs. The shape is documented in docs/reports.md."""
 
 import json
 import math
 from typing import Any
 
-from layerbench import drift
+from layerbench import decompose, drift, stats
 from layerbench.reports.base import ReportData, register
 from layerbench.store import run_columns
 
@@ -13,12 +13,16 @@ from layerbench.store import run_columns
 #    equivalence, ci_level (the median's interval), ratio_ci_level and median_ratio.
 # 4: `sentinels` (the drift probes) and `drift` (each part's trend over the experiment);
 #    a run's facts carry its settle_* wait.
-SCHEMA_VERSION = 4
+# 5: an elapsed-time summary row carries its `decomposition` (split, attribution); every run
+#    carries `layers` (bytes per device of its stack, with the write amplification); the
+#    runs have the kernel's metrics (psi_*, kthread_cpu_s, vm_*, disk_*) and facts.kernel.
+SCHEMA_VERSION = 5
 
 
 @register("json")
 def render(data: ReportData) -> str:
     experiment = data.experiment
+    groups = stats.measured(data.runs)
     document = {
         "schema_version": SCHEMA_VERSION,
         "experiment": {
@@ -39,13 +43,14 @@ def render(data: ReportData) -> str:
         | {"plan": experiment["plan"], "facts": experiment.get("facts", {})},
         "host": experiment["host"],
         "stacks": experiment["stacks"],
-        "summary": [row.as_dict() for row in data.summaries],
+        "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
         "runs": [
             {key: run[key] for key in run_columns()}
             | {
                 "devices": run["devices"],
                 "facts": run["facts"],
                 "samples": data.samples.get(run["id"], []),
+                "layers": decompose.layers_of_run(run),
             }
             for run in data.runs
         ],
@@ -63,6 +68,13 @@ def render(data: ReportData) -> str:
         "warnings": data.warnings,
     }
     return json.dumps(finite(document), indent=2, allow_nan=False) + "\n"
+
+
+def _decomposition(
+    data: ReportData, row: stats.Summary, groups: dict[tuple[str, str], list[dict[str, Any]]]
+) -> dict[str, Any]:
+    extra = decompose.summary_extra(data.summaries, data.baseline, row, groups)
+    return {"decomposition": extra} if extra is not None else {}
 
 
 def finite(value: Any) -> Any:

@@ -92,4 +92,6 @@ def _workload_lines(data: ReportData, workload: str) -> list[str]:
         lines += [f"{stack + ':':<{width}} {seconds:.2f}s (median)" for stack, seconds in helpers.items()]
     if why := data.why_lines(workload):
         lines += ["", "Why:", *why]
+    if split := data.split_lines(workload):
+        lines += ["", "Where the elapsed time went (medians; see the README):", *split]
     return [*lines, ""]

@@ -33,6 +33,10 @@ def render(data: ReportData) -> str:
         why = data.why_lines(workload)
         if why:
             lines += ["", "Why:", ""] + [f"- {line}" for line in why]
+        if split := data.split_lines(workload):
+            lines += ["", "Where the elapsed time went (medians):", ""] + [f"- {line}" for line in split]
+        if flow := data.flow_lines(workload):
+            lines += ["", "Bytes written, down the stack (median run):", ""] + [f"- {line}" for line in flow]
         details = details_table(data, workload)
         if details:
             lines += ["", _row(details[0]), _row(["---"] * len(details[0]))] + [_row(r) for r in details[1]]

@@ -30,6 +30,7 @@ def build(data: ReportData) -> list[object]:
             table.add_row(*row, style=style)
         parts.append(table)
         parts += [f"[bold]why[/bold] {line}" for line in data.why_lines(workload)]
+        parts += [f"[bold]split[/bold] {line}" for line in data.split_lines(workload)]
         details = details_table(data, workload)
         if details:
             extra = Table(title=f"workload {workload}: details", title_justify="left")

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from layerbench import failpoints, mounts, procfs, system, worlds
 from layerbench import jail as jails
-from layerbench import mounts, procfs, system, worlds
 from layerbench.scratch import Scratch
 
 
@@ -189,6 +189,10 @@ class BuiltStack:
         """A path on each file system that holds the top's data, top first. A syncfs of the
         top alone is not enough: through a FUSE passthrough it is a no-op (bindfs has no
         syncfs), leaving the data dirty in the file system below."""
+        found = self._data_paths()
+        return found[:1] if failpoints.sync_top_only() else found
+
+    def _data_paths(self) -> list[Path]:
         found: list[Path] = []
         for exposed in reversed(self.layers):
             found.append(exposed.path)
@@ -199,7 +203,7 @@ class BuiltStack:
     def devices(self) -> list[str]:
         """Block devices that serve the stack's top, top first: down through the layers
         until one keeps its data elsewhere (a tmpfs holds it in memory)."""
-        found = [device for path in self.durable_paths() for device in mounts.devices_under(path)]
+        found = [device for path in self._data_paths() for device in mounts.devices_under(path)]
         return list(dict.fromkeys(found))
 
 

@@ -244,10 +244,11 @@ def summaries(
     for metric in chosen:
         entries: list[Entry] = []
         for workload in workloads:
-            if metrics.BY_NAME[metric].reported and not any(
+            known = metrics.BY_NAME[metric]
+            if (known.reported or known.optional) and not any(
                 r.get(metric) is not None for s in stacks for r in groups.get((s, workload), [])
             ):
-                continue  # a metric this workload does not report: no rows
+                continue  # a metric this workload does not report, or this host lacks: no rows
             base_runs = groups.get((baseline, workload), [])
             base_values = [r[metric] for r in base_runs if r.get(metric) is not None]
             for stack in stacks:

@@ -40,6 +40,9 @@ class Prepared:
     # What only the workload can say about a failed run (fio's per-job error), set by after_run.
     failure: str | None = None
     drop_caches: bool = True  # False: the run starts with warm caches (written back, not dropped)
+    # Bytes the timed run claims are durable when it ends (its fsync or syncfs); checked
+    # against the stack's bottom device (see durability.py). None: it claims nothing.
+    durable_bytes: int | None = None
     # Called after the timed run, for what only the run knows (cycles done, latencies):
     # it may update units and facts.
     after_run: Callable[["Prepared"], None] | None = None

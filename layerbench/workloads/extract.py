@@ -93,5 +93,6 @@ class Extract(Workload):
             cwd=stack.top,
             units=archive.bytes,
             unit="bytes",
+            durable_bytes=archive.bytes if options.sync else None,
             facts={"files": archive.files, "staged_on": mount_of(stage).line()},
         )

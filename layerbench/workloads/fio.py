@@ -281,7 +281,8 @@ class Fio(Workload):
             unit="bytes",
             facts=facts,
         )
-        prepared.after_run = lambda done: _collect(done, output)
+        synced = re.search(r"^\s*end_fsync\s*=\s*1\s*$", text, re.MULTILINE) is not None
+        prepared.after_run = lambda done: _collect(done, output, durable=synced)
         return prepared
 
     @classmethod
@@ -378,8 +379,9 @@ def _fmt_ns(value: float | None) -> str:
     return f"{value / 1e6:.2f} ms" if value >= 1e6 else f"{value / 1e3:.1f} µs"
 
 
-def _collect(prepared: Prepared, output: Path) -> None:
-    """After the timed run: fio's figures into the run's metrics and facts."""
+def _collect(prepared: Prepared, output: Path, *, durable: bool = False) -> None:
+    """After the timed run: fio's figures into the run's metrics and facts. durable: the job
+    ends with an fsync, so what it wrote is claimed durable."""
     try:
         document = json.loads(output.read_text())
     except (OSError, ValueError):
@@ -390,3 +392,5 @@ def _collect(prepared: Prepared, output: Path) -> None:
     prepared.metrics.update(found)
     prepared.facts.update(facts)
     prepared.units = sum(found.get(f"{d}_io_bytes", 0) for d in DIRECTIONS) or None
+    if durable and found.get("write_io_bytes"):
+        prepared.durable_bytes = int(found["write_io_bytes"])

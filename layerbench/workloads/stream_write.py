@@ -97,5 +97,10 @@ class StreamWrite(Workload):
         if options.direct:
             argv.append("oflag=direct")
         return Prepared(
-            argv=argv, cwd=stack.top, units=count * block, unit="bytes", facts={"fill_bytes": fill}
+            argv=argv,
+            cwd=stack.top,
+            units=count * block,
+            unit="bytes",
+            facts={"fill_bytes": fill},
+            durable_bytes=count * block if options.fsync else None,
         )
