@@ -88,6 +88,21 @@ class Split:
     def as_dict(self) -> dict[str, Any]:
         return {"elapsed_s": self.elapsed, "parts_s": self.parts, "rest_s": self.rest}
 
+    def bars(self) -> list[tuple[str, float]]:
+        """The parts drawn as one stacked bar: workload CPU, helpers and kernel threads, I/O
+        stall, CPU wait, the rest."""
+
+        def total(*names: str) -> float:
+            return sum(self.parts.get(n) or 0.0 for n in names)
+
+        return [
+            ("workload on CPU", total("user_s", "sys_s")),
+            ("helpers and kernel threads on CPU", total("helper_cpu_s", "kthread_cpu_s")),
+            ("stalled on I/O", total("psi_io_some_s")),
+            ("waiting for a CPU", total("psi_cpu_some_s")),
+            ("rest", self.rest),
+        ]
+
 
 @dataclass
 class Change:
@@ -187,7 +202,8 @@ def attribute(
             continue
         low, high = row.ratio_ci_low, row.ratio_ci_high
         ci = (low, high) if low is not None and high is not None and math.isfinite(high) else None
-        result.named.append(Change(metric, base.median, row.median, row.ratio, ci))
+        ratio = row.ratio if row.ratio is not None and math.isfinite(row.ratio) else None
+        result.named.append(Change(metric, base.median, row.median, ratio, ci if ratio is not None else None))
     result.named.sort(key=lambda c: abs(c.delta), reverse=True)
     return result
 
@@ -271,20 +287,23 @@ def grown_threads(
     return [f"{n} +{d:.2f} s" for d, n in grown[:most] if d > 0.005]
 
 
-def flow_text(runs: list[dict[str, Any]]) -> str | None:
-    """`1.00 GiB written by the workload -> 1.02 GiB to loop0 -> 1.03 GiB to vda (x1.03)`
-    from the median run of a stack: what each device of the stack received."""
+def flow(runs: list[dict[str, Any]]) -> tuple[float | None, list[tuple[str, float]]]:
+    """(median bytes the workload wrote, [(device, median bytes written to it)], top first)."""
     chain = next(
         (r["facts"].get("kernel", {}).get("devices_top_first") for r in runs if r.get("facts")), None
     )
-    if not chain:
-        return None
     hops = []
-    for device in chain:
+    for device in chain or []:
         values = [r["devices"][device]["write_bytes"] for r in runs if device in (r.get("devices") or {})]
         if values:
             hops.append((device, float(np.median(values))))
-    written = _median([r["units"] for r in runs if r.get("unit") == "bytes" and r.get("units")])
+    return _median([r["units"] for r in runs if r.get("unit") == "bytes" and r.get("units")]), hops
+
+
+def flow_text(runs: list[dict[str, Any]]) -> str | None:
+    """`1.00 GiB written by the workload -> 1.02 GiB to loop0 -> 1.03 GiB to vda (x1.03)`:
+    the medians over a stack's runs of what each device of the stack received."""
+    written, hops = flow(runs)
     if not hops:
         return None
     parts = [f"{format_size(int(written))} written by the workload"] if written else []

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from layerbench import footprint, procfs, sentinel, system
+from layerbench import footprint, procfs, sentinel, system, tracing
 from layerbench.errors import UserError
 from layerbench.experiment import make_workloads
 from layerbench.plan import Plan
@@ -138,6 +138,24 @@ def check_kvm() -> Check:
         "/dev/kvm present but the CPU shows no vmx/svm: a stock guest may not run; use -accel tcg",
         "enable nested virtualization on the hypervisor",
     )
+
+
+def check_tracing(plan: Plan | None) -> Check:
+    """trace = "block": bpftrace, BTF and tracefs (mounted by the run in its own namespace)."""
+    asked = plan is not None and any(getattr(w, "trace", None) for w in plan.workloads.values())
+    if reason := tracing.missing():
+        return Check(
+            "tracing",
+            WARN if asked else INFO,
+            f'trace = "block" cannot run: {reason}',
+            "apt-get install bpftrace",
+        )
+    where = (
+        "mounted"
+        if tracing.TRACEFS.joinpath("events").exists()
+        else "mounted by each run in its own namespace"
+    )
+    return Check("tracing", OK, f'trace = "block" can run: {tracing.program()}, BTF, tracefs {where}')
 
 
 def check_tools(plan: Plan | None) -> list[Check]:
@@ -339,7 +357,13 @@ NOISE: tuple[Callable[[], Check], ...] = (
 
 def diagnose(scratch_root: Path, plan: Plan | None, *, probe: bool = True) -> list[Check]:
     """Every check; the idle-write probe (about 11 s) only with probe=True."""
-    checks = [check_root_user(), *check_kernel_features(), check_kvm(), *check_tools(plan)]
+    checks = [
+        check_root_user(),
+        *check_kernel_features(),
+        check_kvm(),
+        *check_tools(plan),
+        check_tracing(plan),
+    ]
     checks += [check_space(check_root(scratch_root), plan), check_memory(plan)]
     checks += [check() for check in NOISE]
     if probe and os.geteuid() == 0:

@@ -7,6 +7,9 @@ import os
 from layerbench import system
 
 _CLONE_NEWNS = 0x00020000
+# True once this process runs in its own mount namespace: a mount made here is ours alone
+# and vanishes with the process (tracing mounts tracefs only then).
+PRIVATE = False
 
 
 def enter_private_mount_namespace() -> str | None:
@@ -20,4 +23,6 @@ def enter_private_mount_namespace() -> str | None:
         return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
     # Without this, mounts we make would propagate back to the host's shared mounts.
     system.run(["mount", "--make-rprivate", "/"])
+    global PRIVATE
+    PRIVATE = True
     return None

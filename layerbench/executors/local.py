@@ -9,7 +9,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from layerbench import cgroups, durability, failpoints, host, measure, metrics, sentinel, settle, worlds
+from layerbench import (
+    cgroups,
+    durability,
+    failpoints,
+    host,
+    measure,
+    metrics,
+    sentinel,
+    settle,
+    tracing,
+    worlds,
+)
 from layerbench.errors import SetupError, UserError
 from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
 from layerbench.guest import machine
@@ -122,19 +133,23 @@ class LocalExecutor(Executor):
             measure.drop_caches()
         settled = self._settle(setting, devices)
         procs, pressure = self._pressure_group(built, workdir, resources)
-        counters = measure.run_timed(
-            prepared.argv,
-            cwd=prepared.cwd,
-            env=prepared.env,
-            timeout=setting.workloads[trial.workload].options.timeout,
-            devices=devices,
-            helper_pids=built.helper_pids,
-            stderr_path=workdir / "stderr",
-            on_start=resources.enter_context(self._journaled_child(trial)),
-            cgroups=procs,
-            cpus=setting.plan.cpus,
-            pressure_group=pressure,
-        )
+        traced = setting.workloads[trial.workload].options.trace == "block"
+        with tracing.block_trace(self.scratch, workdir) if traced else contextlib.nullcontext() as trace:
+            counters = measure.run_timed(
+                prepared.argv,
+                cwd=prepared.cwd,
+                env=prepared.env,
+                timeout=setting.workloads[trial.workload].options.timeout,
+                devices=devices,
+                helper_pids=built.helper_pids,
+                stderr_path=workdir / "stderr",
+                on_start=resources.enter_context(self._journaled_child(trial)),
+                cgroups=procs,
+                cpus=setting.plan.cpus,
+                pressure_group=pressure,
+            )
+        if trace is not None:
+            prepared.facts.update(trace.facts())
         return counters, settled
 
     def _pressure_group(

@@ -8,7 +8,18 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import adaptive, decompose, durability, explain, fsstate, metrics, noise, sentinel, stats
+from layerbench import (
+    adaptive,
+    decompose,
+    durability,
+    explain,
+    fsstate,
+    metrics,
+    noise,
+    sentinel,
+    stats,
+    tracing,
+)
 from layerbench.guest import notes as guest_notes
 from layerbench.reports import host_state
 from layerbench.sizes import format_size
@@ -126,9 +137,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
-    data.warnings += (
-        adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs) + durability.warnings(runs)
-    )
+    data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
+    data.warnings += durability.warnings(runs) + tracing.warnings(runs)
     data.warnings += guest_notes.notes(runs) + [
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
     ]

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import stats
+from layerbench import decompose, stats, tracing
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import ReportData, host_lines, latency_cdfs, register, stack_table
+from layerbench.sizes import format_size
 
 STYLE = """
 body { font-family: 'DejaVu Sans', sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
@@ -203,9 +204,44 @@ def _tables_section(data: ReportData) -> list[str]:
         why = data.why_lines(workload)  # the read-out of explain.py
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
+        body += _split_section(data, workload)
+        if traced := tracing.stack_lines(stats.measured(data.runs), data.stacks, workload):
+            title = "block-request latency, issue to completion (bpftrace)"
+            body.append(figure(plots.latency_cdf_figure(traced, title=title), f"block-latency-{workload}"))
         body += [
             figure(plots.latency_cdf_figure(cdf.lines, title=cdf.title), cdf.name)
             for cdf in latency_cdfs(data, workload)
+        ]
+    return body
+
+
+def _split_section(data: ReportData, workload: str) -> list[str]:
+    """Where each stack's elapsed time went (a stacked bar each), and its bytes down the
+    stack's devices (a small table)."""
+    body = []
+    if splits := data.splits(workload):
+        body += [
+            "<p><b>Where the elapsed time went</b> (medians; the parts can overlap: see the README)</p>",
+            figure(plots.split_figure([(s.stack, s.bars()) for s in splits]), f"split-{workload}"),
+            bullet_list([f"{s.stack}: {s.text()}" for s in splits], "split"),
+        ]
+    groups = stats.measured(data.runs)
+    rows = []
+    for stack in data.stacks:
+        written, hops = decompose.flow(groups.get((stack, workload), []))
+        if hops:
+            rows.append(
+                [
+                    stack,
+                    format_size(int(written)) if written else "-",
+                    " → ".join(f"{device} {format_size(int(value))}" for device, value in hops),
+                    f"x{hops[-1][1] / written:.2f}" if written else "-",
+                ]
+            )
+    if rows:
+        body += [
+            "<p><b>Bytes written, down the stack</b> (median run)</p>",
+            table(["stack", "by the workload", "to each device, top first", "amplification"], rows),
         ]
     return body
 

@@ -242,3 +242,25 @@ def latency_cdf_figure(lines: dict[str, tuple[list[float], list[float]]], *, tit
     axis.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
     return to_svg(figure)
+
+
+SPLIT_COLOURS = ("#2c3e50", "#8e44ad", "#c0392b", "#e67e22", "#bdc3c7")
+
+
+def split_figure(bars: list[tuple[str, list[tuple[str, float]]]]) -> str:
+    """One horizontal stacked bar per stack: its median elapsed time, part by part (the
+    same parts, in the same order and colours, in every bar; a negative rest is left out)."""
+    height = 0.5 + 0.45 * len(bars)
+    figure, axis = pyplot().subplots(figsize=(6.4, max(1.6, height)))
+    labels = [label for label, _ in bars]
+    names = [name for name, _ in bars[0][1]] if bars else []
+    for index, name in enumerate(names):
+        left = [sum(max(0.0, v) for _, v in parts[:index]) for _, parts in bars]
+        widths = [max(0.0, parts[index][1]) for _, parts in bars]
+        axis.barh(labels, widths, left=left, color=SPLIT_COLOURS[index % len(SPLIT_COLOURS)], label=name)
+    axis.invert_yaxis()
+    axis.set_xlabel("seconds (median run)")
+    axis.grid(alpha=0.3, axis="x")
+    axis.legend(fontsize=7, loc="lower right", ncols=min(3, max(1, len(names))))
+    figure.tight_layout()
+    return to_svg(figure)

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,9 @@ class WorkloadOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     kind: str
     timeout: float | None = Field(default=None, gt=0, description="seconds before a run is killed")
+    trace: Literal["block"] | None = Field(
+        default=None, description='"block": a block-request latency histogram per device (bpftrace)'
+    )
 
 
 @dataclass
