@@ -91,8 +91,8 @@ def main() -> int:
         low, high = ratio_interval(ours, base)
         interval = f" [{low:.3f}-{high:.3f}]" if not math.isnan(low) else ""
         print(
-            f"| {name}: {figure} | {median(base):.4g} | {median(ours):.4g} | {ratio:.3f}{interval} | 1 ± 3% | "
-            f"{verdict(ratio, low, high)} |"
+            f"| {name}: {figure} | {median(base):.4g} | {median(ours):.4g} | {ratio:.3f}{interval} "
+            f"| 1 ± 3% | {verdict(ratio, low, high)} |"
         )
     missing = {
         str(r["facts"].get("trace_block_missing")) for r in runs if r["facts"].get("trace_block_missing")
