@@ -48,4 +48,7 @@ class Metadata(Workload):
             # syncfs'd after the phases: the file systems under the top too (see durable_paths)
             *map(str, stack.durable_paths()[1:]),
         ]
-        return Prepared(argv=argv, cwd=stack.top, units=options.files, unit="files")
+        # The files it leaves (no delete phase) are claimed durable by its final syncfs.
+        kept = "create" in options.phases and "delete" not in options.phases
+        durable = options.files * parse_size(options.size) if kept else None
+        return Prepared(argv=argv, cwd=stack.top, units=options.files, unit="files", durable_bytes=durable)

@@ -75,7 +75,7 @@ def document(db: Path) -> dict:
 
 
 def test_json_schema_2_carries_each_runs_samples(document: dict) -> None:
-    assert document["schema_version"] == 4
+    assert document["schema_version"] == 5
     runs = document["runs"]
     assert len(runs) == RUNS
     for run in runs:
@@ -155,6 +155,7 @@ def test_html_is_one_self_contained_page(db: Path, document: dict, tmp_path: Pat
     parser = _Figures()
     parser.feed(page)
     expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
+    expected |= {f"split-{w}" for w in WORKLOADS}  # where the elapsed time went (kernel threads' CPU)
     assert set(parser.figures) == expected and all(parser.figures.values())
     for heading in (
         "Hardware/OS",
@@ -187,6 +188,7 @@ def test_html_renders_in_chromium_with_its_plots(db: Path, tmp_path: Path) -> No
     # Ask the rendered page itself how large each plot is drawn.
     drawn, dom = drawn_figures(target, tmp_path)
     expected = {"ratio-plot", "runs-plot", "sentinel-plot", "settle-plot", *(f"series-{s}" for s in STACKS)}
+    expected |= {f"split-{w}" for w in WORKLOADS}
     assert set(drawn) == expected, dom[-2000:]
     for name, (width, height) in drawn.items():
         assert width > 300 and height > 100, (name, width, height)
