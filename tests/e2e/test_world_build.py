@@ -211,6 +211,7 @@ def test_a_debian_source_package_builds_from_a_read_only_image(as_root: None, tm
 name = "zlib-image"
 reps = 1
 warmup = 0
+rerun_disturbed = 0  # exactly one run, even on a busy machine
 [stacks.vnode]
 world = "host"
 layers = [{ kind = "image", fs = "ext4", size = "1G", readonly = true }]
