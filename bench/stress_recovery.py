@@ -57,7 +57,11 @@ _LAYER = {
     "image": '{ kind = "image", size = "64M" }',
     "throttle": '{ kind = "throttle", write_bps = "500M" }',
     "vm": '{ kind = "vm", memory = "512M", disk_size = "256M" }',
+    "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',
+    "erofs": '{ kind = "erofs", content = "builtin:small-tree" }',
 }
+# Read-only layers are read, not written.
+_READ_ONLY = {"squashfs", "erofs"}
 # Failpoints only some layer kinds reach.
 _HELPERS = {"fuse", "vm"}
 TRIALS = 2
@@ -167,7 +171,8 @@ def failpoint_case(root: Path, kind: str, point: str, where: str, signame: str) 
     scratch, db, plan = case / "scratch", case / "r.db", case / "plan.toml"
     case.mkdir(parents=True, exist_ok=True)
     db.unlink(missing_ok=True)
-    plan.write_text(_plan(kind, 'kind = "stream-write"\nsize = "4M"'))
+    workload = 'kind = "read-tree"' if kind in _READ_ONLY else 'kind = "stream-write"\nsize = "4M"'
+    plan.write_text(_plan(kind, workload))
     extra = ["--no-namespace"] if where == "host" else []
     child = _start(
         ["run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *extra],

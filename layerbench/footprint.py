@@ -67,7 +67,8 @@ def plan_refusal(stacks: dict[str, list[LayerOptions]], workloads: dict[str, Wor
     not fit on a stack's top. None when it can."""
     for need in needs(stacks, workloads):
         kind = workloads[need.workload].kind
-        if not need.placement.writable and WORKLOAD_KINDS[kind].writes:
+        workload = WORKLOAD_KINDS[kind](workloads[need.workload], need.workload)
+        if not need.placement.writable and workload.writes_onto_top:
             return (
                 f"stacks.{need.stack}: is read-only, and workload {need.workload} ({kind}) writes "
                 "onto it; every run would fail. Drop readonly = true or use a workload that only reads"

@@ -20,6 +20,8 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "zstd": "zstd",
     "xz": "xz-utils",
     "fio": "fio",
+    "mksquashfs": "squashfs-tools",
+    "mkfs.erofs": "erofs-utils",
     "bindfs": "bindfs",
     "fusermount3": "fuse3",
     "qemu-system-x86_64": "qemu-system-x86",

@@ -79,6 +79,11 @@ class Workload(ABC):
         self.options = options
         self.name = name
 
+    @property
+    def writes_onto_top(self) -> bool:
+        """Whether this workload, with its options, writes onto the stack's top."""
+        return self.writes
+
     @classmethod
     def missing(cls, options: WorkloadOptions | None = None) -> list[str]:
         return [

@@ -1,0 +1,117 @@
+"""read-tree: walk a tree on the stack's top, cold (caches dropped) or warm, and `stat`
+every entry (`mode = "stat"`, the `ls -lR` of the composefs discussions) or read every file
+to its end (`mode = "read"`), with one or several parallel readers (squashfuse's single
+thread is the known trap).
+
+The tree: `tree = "top"` (the default) is whatever the stack's top holds (a squashfs or
+erofs layer's content, or the stack's world). `builtin:NAME` or a tar archive is unpacked
+onto a writable top untimed first; a read-only top is read as it is, so it should hold the
+same tree (a squashfs or erofs layer with `content` set to it): the stacks then compare one
+tree."""
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from layerbench import system
+from layerbench.archives import BUILTIN, archive_estimate, builtin_archive, user_archive
+from layerbench.errors import SetupError
+from layerbench.stacks.base import BuildContext, BuiltStack
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+_CHILD = Path(__file__).with_name("_read_tree_child.py")
+_TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
+
+
+class ReadTreeOptions(WorkloadOptions):
+    tree: str = "top"  # "top", "builtin:NAME" or a tar archive
+    mode: Literal["stat", "read"] = "stat"
+    readers: int = Field(default=1, ge=1, le=256)
+    warm: bool = False  # True: the caches are not dropped before the run (a second look)
+
+    @field_validator("tree")
+    @classmethod
+    def _tree(cls, value: str) -> str:
+        if value == "top":
+            return value
+        if value.startswith("builtin:"):
+            if value.removeprefix("builtin:") not in BUILTIN:
+                valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
+                raise ValueError(f"unknown built-in tree {value!r}; valid: top, {valid}, or a tar archive")
+            return value
+        if not Path(value).is_file():
+            raise ValueError(f"no such archive file {value!r}; give top, builtin:NAME or a tar archive")
+        return value
+
+
+@register
+class ReadTree(Workload):
+    kind = "read-tree"
+    Options = ReadTreeOptions
+    summary = "stat or read every entry of a tree on the stack's top, cold or warm, 1..N readers"
+    tools = ("tar",)
+
+    def data_bytes(self, capacity: int | None, reference: int | None) -> int:
+        tree = self.options.tree  # type: ignore[attr-defined]
+        return 0 if tree == "top" else archive_estimate(tree)
+
+    def fetch(self) -> None:
+        tree = self.options.tree  # type: ignore[attr-defined]
+        if tree.startswith("builtin:"):
+            builtin_archive(tree.removeprefix("builtin:"))  # packed once, untimed
+
+    def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
+        options: ReadTreeOptions = self.options  # type: ignore[assignment]
+        root = stack.top
+        if options.tree != "top" and os.access(root, os.W_OK):
+            archive = (
+                builtin_archive(options.tree.removeprefix("builtin:"))
+                if options.tree.startswith("builtin:")
+                else user_archive(Path(options.tree))
+            )
+            flag = [_TAR_FLAG[archive.compression]] if archive.compression else []
+            system.run(["tar", "-x", *flag, "-f", str(archive.path), "-C", str(root)], timeout=3600)
+        if not any(root.iterdir()):
+            raise SetupError(f'read-tree: {root} is empty; give the stack content or tree = "builtin:..."')
+        output = ctx.workdir / "read-tree.out"
+        argv = [
+            "sh",
+            "-c",
+            f'exec "$0" -S "$@" > {output}',
+            sys.executable,
+            str(_CHILD),
+            str(root),
+            options.mode,
+            str(options.readers),
+        ]
+        prepared = Prepared(argv=argv, cwd=ctx.workdir, unit="files", drop_caches=not options.warm)
+        if options.warm:
+            # A first walk fills the caches, untimed: the run is the second look.
+            system.run(
+                [sys.executable, "-S", str(_CHILD), str(root), options.mode, str(options.readers)],
+                timeout=3600,
+            )
+        prepared.after_run = lambda done: _collect(done, output, options.mode)
+        return prepared
+
+    @classmethod
+    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+        found = []
+        for stack, group in runs.items():
+            errors = max((int(r["facts"].get("read_errors", 0)) for r in group), default=0)
+            if errors:
+                found.append(f"{stack}: read-tree could not read {errors} entries (counted, not fatal)")
+        return found
+
+
+def _collect(prepared: Prepared, output: Path, mode: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        entries, size, errors = (int(v) for v in output.read_text().split()[-3:])
+        prepared.units = entries
+        prepared.facts.update(
+            {"entries": entries, "read_bytes_total": size, "read_errors": errors, "mode": mode}
+        )
