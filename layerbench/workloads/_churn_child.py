@@ -116,7 +116,9 @@ def _cycle(
     failpoints.reached("churn-mounted")
     try:
         if spec["files"]:
-            _touch(exposed.path, spec["files"], spec["file_size"], not layer.options.readonly)
+            # A read-only layer (readonly = true, or a squashfs/erofs image) is read instead.
+            writable = not layer.options.readonly and os.access(exposed.path, os.W_OK)
+            _touch(exposed.path, spec["files"], spec["file_size"], writable)
     except OSError as exc:
         tally.fail(f"cycle {number} files: {exc}")
     began = time.monotonic()
