@@ -119,7 +119,7 @@ class Change:
     def text(self) -> str:
         ci = f" [{self.ci[0]:.2f}-{self.ci[1]:.2f}]" if self.ci else ""
         ratio = f", x{self.ratio:.2f}{ci}" if self.ratio is not None and math.isfinite(self.ratio) else ""
-        return f"{self.delta:+.2f} s {BY_METRIC[self.metric].label}{ratio}"
+        return f"{_signed(self.delta)} {BY_METRIC[self.metric].label}{ratio}"
 
 
 @dataclass
@@ -140,9 +140,9 @@ class Attribution:
 
     def text(self) -> str:
         if not self.named:
-            return f"{self.difference:+.2f} s elapsed: no part of the split explains it"
+            return f"{_signed(self.difference)} elapsed: no part of the split explains it"
         named = ", ".join(c.text() for c in self.named)
-        return f"{self.difference:+.2f} s elapsed: {named}; {self.unattributed:+.2f} s unattributed"
+        return f"{_signed(self.difference)} elapsed: {named}; {_signed(self.unattributed)} unattributed"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -356,6 +356,11 @@ def summary_extra(
 
 def _seconds(value: float) -> str:
     return f"{value:.2f} s" if abs(value) >= 0.1 else f"{value * 1000:.0f} ms"
+
+
+def _signed(value: float) -> str:
+    """+0.24 s, or +17 ms below a tenth of a second."""
+    return f"{value:+.2f} s" if abs(value) >= 0.1 else f"{value * 1000:+.0f} ms"
 
 
 def _share(value: float, whole: float) -> str:
