@@ -22,6 +22,7 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "fio": "fio",
     "mksquashfs": "squashfs-tools",
     "mkfs.erofs": "erofs-utils",
+    "fuse-overlayfs": "fuse-overlayfs",
     "bindfs": "bindfs",
     "fusermount3": "fuse3",
     "qemu-system-x86_64": "qemu-system-x86",

@@ -3,6 +3,7 @@
 import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
 from layerbench.mounts import mount_of
@@ -14,6 +15,25 @@ class OverlayOptions(LayerOptions):
     upper: Literal["disk", "tmpfs"] = "disk"
     upper_size: str = "2G"  # only for upper = "tmpfs"
     mount_options: list[str] = []  # e.g. ["metacopy=on", "redirect_dir=on"]
+
+
+def upper_dirs(
+    ctx: BuildContext, name: str, options: OverlayOptions, stack: contextlib.ExitStack
+) -> tuple[Path, Path, list[str]]:
+    """An overlay's upper and work directories, on a tmpfs of their own or in the trial's
+    directory; and the mount line of that tmpfs. Shared with fuse-overlayfs."""
+    upper_fs = ctx.subdir(f"{name}-upperfs")
+    lines = []
+    if options.upper == "tmpfs":
+        stack.enter_context(
+            ctx.scratch.mounted(
+                "layerbench", upper_fs, fstype="tmpfs", options=[f"size={options.upper_size}"]
+            )
+        )
+        lines.append(mount_of(upper_fs).line())
+    (upper_fs / "upper").mkdir()
+    (upper_fs / "work").mkdir()
+    return upper_fs / "upper", upper_fs / "work", lines
 
 
 @register
@@ -53,24 +73,9 @@ class OverlayLayer(Layer):
                 empty = ctx.subdir(f"L{self.index}-overlay-empty")
                 mount_options = [f"lowerdir={below.path}:{empty}"]
             else:
-                upper_fs = ctx.subdir(f"L{self.index}-overlay-upperfs")
-                if options.upper == "tmpfs":
-                    stack.enter_context(
-                        ctx.scratch.mounted(
-                            "layerbench",
-                            upper_fs,
-                            fstype="tmpfs",
-                            options=[f"size={options.upper_size}"],
-                        )
-                    )
-                    lines.append(mount_of(upper_fs).line())
-                (upper_fs / "upper").mkdir()
-                (upper_fs / "work").mkdir()
-                mount_options = [
-                    f"lowerdir={below.path}",
-                    f"upperdir={upper_fs / 'upper'}",
-                    f"workdir={upper_fs / 'work'}",
-                ]
+                upper, work, upper_lines = upper_dirs(ctx, f"L{self.index}-overlay", options, stack)
+                lines += upper_lines
+                mount_options = [f"lowerdir={below.path}", f"upperdir={upper}", f"workdir={work}"]
             mount_options += options.mount_options
             stack.enter_context(
                 ctx.scratch.mounted("overlay", merged, fstype="overlay", options=mount_options)
