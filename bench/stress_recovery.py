@@ -63,7 +63,7 @@ _LAYER = {
 # Read-only layers are read, not written.
 _READ_ONLY = {"squashfs", "erofs"}
 # Failpoints only some layer kinds reach.
-_HELPERS = {"fuse", "vm"}
+_HELPERS = {"fuse", "fuse-overlayfs", "vm"}
 TRIALS = 2
 
 
