@@ -95,6 +95,33 @@ def builtin_archive(name: str) -> Archive:
 
 
 _COMPRESSION = {".gz": "gz", ".tgz": "gz", ".xz": "xz", ".bz2": "bz2", ".zst": "zst"}
+TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}  # by Archive.compression
+
+
+def check_spec(value: str, *, what: str = "archive", others: str = "") -> str:
+    """A plan's `builtin:NAME` or path to a tar archive, or ValueError saying what is valid
+    (others: further valid values to name first, e.g. "top, ")."""
+    if value.startswith("builtin:"):
+        if value.removeprefix("builtin:") not in BUILTIN:
+            valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
+            raise ValueError(f"unknown built-in {what} {value!r}; valid: {others}{valid}, or a tar archive")
+        return value
+    if not Path(value).is_file():
+        raise ValueError(f"no such archive file {value!r}; give {others}builtin:NAME or a tar archive")
+    return value
+
+
+def resolve(spec: str) -> Archive:
+    """The archive a checked spec names (a built-in one packed first, once)."""
+    if spec.startswith("builtin:"):
+        return builtin_archive(spec.removeprefix("builtin:"))
+    return user_archive(Path(spec))
+
+
+def unpack(archive: Archive, directory: Path) -> None:
+    """Untimed: the archive's tree into directory."""
+    flag = [TAR_FLAG[archive.compression]] if archive.compression else []
+    system.run(["tar", "-x", *flag, "-f", str(archive.path), "-C", str(directory)], timeout=3600)
 
 
 def user_archive(path: Path) -> Archive:

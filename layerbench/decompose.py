@@ -227,6 +227,14 @@ class Evidence:
         return found
 
 
+def device_chain(runs: list[dict[str, Any]]) -> list[str] | None:
+    """The stack's devices, top first, as its runs recorded them (None before they did)."""
+    return next(
+        (chain for r in runs if (chain := (r.get("facts") or {}).get("kernel", {}).get("devices_top_first"))),
+        None,
+    )
+
+
 def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
@@ -236,9 +244,7 @@ def evidence(
 ) -> Evidence:
     runs, base_runs = groups.get((stack, workload), []), groups.get((baseline, workload), [])
     found = Evidence()
-    chain = next(
-        (r["facts"].get("kernel", {}).get("devices_top_first") for r in runs if r.get("facts")), None
-    )
+    chain = device_chain(runs)
     if chain:
         found.bottom, found.through = chain[-1], chain[:-1]
     busy = _median([r["disk_busy_pct"] for r in runs if r.get("disk_busy_pct") is not None])
@@ -289,9 +295,7 @@ def grown_threads(
 
 def flow(runs: list[dict[str, Any]]) -> tuple[float | None, list[tuple[str, float]]]:
     """(median bytes the workload wrote, [(device, median bytes written to it)], top first)."""
-    chain = next(
-        (r["facts"].get("kernel", {}).get("devices_top_first") for r in runs if r.get("facts")), None
-    )
+    chain = device_chain(runs)
     hops = []
     for device in chain or []:
         values = [r["devices"][device]["write_bytes"] for r in runs if device in (r.get("devices") or {})]
@@ -315,7 +319,7 @@ def flow_text(runs: list[dict[str, Any]]) -> str | None:
 def layers_of_run(run: dict[str, Any]) -> list[dict[str, Any]]:
     """A run's bytes per device of its stack, top first, each with its write amplification
     against what the workload wrote (when its work is counted in bytes)."""
-    chain = (run.get("facts") or {}).get("kernel", {}).get("devices_top_first") or []
+    chain = device_chain([run]) or []
     written = run.get("units") if run.get("unit") == "bytes" else None
     found = []
     for device in chain:

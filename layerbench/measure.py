@@ -16,8 +16,6 @@ from typing import Any
 
 from layerbench import cgroups, kernelstats, noise, procfs, sampling
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
 
 def drop_caches() -> None:
     """Write back dirty data, then drop the page, dentry and inode caches (untimed)."""
@@ -264,7 +262,7 @@ def _counters(
         psi_memory_some_s=kernel.psi_memory_some_s,
         kthread_cpu_s=kernel.kthread_cpu_s,
         vm_majfault=kernel.vmstat.get("pgmajfault"),
-        vm_written_bytes=kernel.vmstat["nr_written"] * _PAGE if "nr_written" in kernel.vmstat else None,
+        vm_written_bytes=kernel.vmstat["nr_written"] * procfs.PAGE if "nr_written" in kernel.vmstat else None,
         dirty_peak_bytes=max((s.dirty_bytes for s in sampler.samples), default=None),
         **_bottom_disk(per_device, devices, wall, sampler.samples),
         devices=per_device,

@@ -165,7 +165,7 @@ def available_memory() -> int | None:
 # ---- counters ------------------------------------------------------------------------------
 
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
@@ -235,7 +235,7 @@ def dirty_bytes() -> int:
         at = text.find(key)
         if at >= 0:
             total += int(text[at + len(key) : text.index("\n", at + 1)])
-    return total * _PAGE
+    return total * PAGE
 
 
 def read_cpu() -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerbench import namespace, system
+from layerbench import decompose, namespace, system
 from layerbench.errors import SetupError
 from layerbench.scratch import Scratch
 
@@ -215,7 +215,7 @@ def stack_lines(
     lines = {}
     for stack in stacks:
         runs = [r for r in groups.get((stack, workload), []) if (r.get("facts") or {}).get("trace_block")]
-        chain = next((r["facts"].get("kernel", {}).get("devices_top_first") for r in runs), None) or []
+        chain = decompose.device_chain(runs) or []
         for device in chain:
             merged: dict[tuple[int, int], int] = {}
             for run in runs:

@@ -4,6 +4,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,11 @@ class ReportData:
     samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
     sentinels: list[sentinel.Sample] = field(default_factory=list)  # the drift probes, in order
 
+    @cached_property
+    def measured(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """The runs the statistics keep, by (stack, workload): computed once per report."""
+        return stats.measured(self.runs)
+
     @property
     def baseline(self) -> str:
         return str(self.experiment["baseline"])
@@ -61,9 +67,7 @@ class ReportData:
 
     def why_lines(self, workload: str) -> list[str]:
         """The "why" read-out for each stack that differs significantly (see explain.py)."""
-        return explain.why_lines(
-            self.summaries, self.baseline, self.stacks, workload, stats.measured(self.runs)
-        )
+        return explain.why_lines(self.summaries, self.baseline, self.stacks, workload, self.measured)
 
     def splits(self, workload: str) -> list[decompose.Split]:
         """Each stack's median elapsed time, part by part (see decompose.py), where the host
@@ -77,8 +81,9 @@ class ReportData:
 
     def flow_lines(self, workload: str) -> list[str]:
         """Per stack with block devices: the workload's bytes down through them."""
-        groups = stats.measured(self.runs)
-        found = ((stack, decompose.flow_text(groups.get((stack, workload), []))) for stack in self.stacks)
+        found = (
+            (stack, decompose.flow_text(self.measured.get((stack, workload), []))) for stack in self.stacks
+        )
         return [f"{stack}: {text}" for stack, text in found if text]
 
     def helper_cpu(self, workload: str) -> dict[str, float]:
@@ -88,7 +93,7 @@ class ReportData:
 
     def medians_of_runs(self, stack: str, workload: str) -> dict[str, float]:
         """Per-counter medians over the measured runs (for the table's counter columns)."""
-        group = stats.measured(self.runs).get((stack, workload), [])
+        group = self.measured.get((stack, workload), [])
         keys = metrics.column_names()
         return (
             {k: float(np.median([r[k] for r in group if r.get(k) is not None] or [0])) for k in keys}
@@ -99,7 +104,7 @@ class ReportData:
     def median_run(self, stack: str, workload: str) -> dict[str, Any] | None:
         """The measured run with the median elapsed time (the lower one of an even count):
         one real run whose counters belong together, for the csh `time` line."""
-        group = sorted(stats.measured(self.runs).get((stack, workload), []), key=lambda r: r["wall_s"])
+        group = sorted(self.measured.get((stack, workload), []), key=lambda r: r["wall_s"])
         return group[(len(group) - 1) // 2] if group else None
 
     def design_note(self) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import decompose, stats, tracing
+from layerbench import decompose, tracing
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import ReportData, host_lines, latency_cdfs, register, stack_table
 from layerbench.sizes import format_size
@@ -77,7 +77,7 @@ def ratio_points(data: ReportData, workload: str) -> list[plots.RatioPoint]:
 
 def _series(data: ReportData, stack: str, workload: str) -> plots.Series:
     """The measured run with the median wall time stands for its (stack, workload)."""
-    group = sorted(stats.measured(data.runs).get((stack, workload), []), key=lambda r: r["wall_s"])
+    group = sorted(data.measured.get((stack, workload), []), key=lambda r: r["wall_s"])
     if not group:
         return plots.Series(f"{workload}: no successful run", [], [], [], [], [])
     run = group[(len(group) - 1) // 2]
@@ -205,7 +205,7 @@ def _tables_section(data: ReportData) -> list[str]:
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
         body += _split_section(data, workload)
-        if traced := tracing.stack_lines(stats.measured(data.runs), data.stacks, workload):
+        if traced := tracing.stack_lines(data.measured, data.stacks, workload):
             title = "block-request latency, issue to completion (bpftrace)"
             body.append(figure(plots.latency_cdf_figure(traced, title=title), f"block-latency-{workload}"))
         body += [
@@ -225,10 +225,9 @@ def _split_section(data: ReportData, workload: str) -> list[str]:
             figure(plots.split_figure([(s.stack, s.bars()) for s in splits]), f"split-{workload}"),
             bullet_list([f"{s.stack}: {s.text()}" for s in splits], "split"),
         ]
-    groups = stats.measured(data.runs)
     rows = []
     for stack in data.stacks:
-        written, hops = decompose.flow(groups.get((stack, workload), []))
+        written, hops = decompose.flow(data.measured.get((stack, workload), []))
         if hops:
             rows.append(
                 [

@@ -22,7 +22,7 @@ SCHEMA_VERSION = 5
 @register("json")
 def render(data: ReportData) -> str:
     experiment = data.experiment
-    groups = stats.measured(data.runs)
+    groups = data.measured
     document = {
         "schema_version": SCHEMA_VERSION,
         "experiment": {

@@ -17,12 +17,10 @@ from typing import ClassVar, Literal
 from pydantic import field_validator, model_validator
 
 from layerbench import system
-from layerbench.archives import BUILTIN, archive_estimate, builtin_archive, user_archive
+from layerbench.archives import archive_estimate, check_spec, resolve, unpack
 from layerbench.mounts import mount_of
 from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
-
-_TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
 
 
 class PackedOptions(LayerOptions):
@@ -31,13 +29,7 @@ class PackedOptions(LayerOptions):
     @field_validator("content")
     @classmethod
     def _content(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if value.startswith("builtin:"):
-            if value.removeprefix("builtin:") not in BUILTIN:
-                valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
-                raise ValueError(f"unknown built-in tree {value!r}; valid: {valid}, or a tar archive")
-            return value
+        return None if value is None else check_spec(value, what="tree")
         if not Path(value).is_file():
             raise ValueError(f"no such archive file {value!r}; give a tar archive or builtin:NAME")
         return value
@@ -130,14 +122,8 @@ class _Packed(Layer):
 
 
 def _unpacked(ctx: BuildContext, content: str, index: int) -> Path:
-    archive = (
-        builtin_archive(content.removeprefix("builtin:"))
-        if content.startswith("builtin:")
-        else user_archive(Path(content))
-    )
     directory = ctx.subdir(f"L{index}-content")
-    flag = [_TAR_FLAG[archive.compression]] if archive.compression else []
-    system.run(["tar", "-x", *flag, "-f", str(archive.path), "-C", str(directory)], timeout=3600)
+    unpack(resolve(content), directory)
     return directory
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench.archives import BUILTIN, Archive, archive_estimate, builtin_archive, user_archive
+from layerbench.archives import TAR_FLAG, Archive, archive_estimate, check_spec, resolve
 from layerbench.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
 _STAGE_SLACK = 64 * 2**20  # the staging tmpfs is the archive's size plus this
-_TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
 
 
 class ExtractOptions(WorkloadOptions):
@@ -25,11 +24,7 @@ class ExtractOptions(WorkloadOptions):
     @field_validator("archive")
     @classmethod
     def _archive(cls, value: str) -> str:
-        if value.startswith("builtin:"):
-            if value.removeprefix("builtin:") not in BUILTIN:
-                valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
-                raise ValueError(f"unknown built-in archive {value!r}; valid: {valid}, or a path")
-            return value
+        return check_spec(value)
         if not Path(value).is_file():
             raise ValueError(f"no such archive file {value!r}; give a path or builtin:source-tree")
         return value
@@ -54,10 +49,7 @@ class Extract(Workload):
 
     @cached_property
     def archive(self) -> Archive:
-        options: ExtractOptions = self.options  # type: ignore[assignment]
-        if options.archive.startswith("builtin:"):
-            return builtin_archive(options.archive.removeprefix("builtin:"))
-        return user_archive(Path(options.archive))
+        return resolve(self.options.archive)  # type: ignore[attr-defined]
 
     def fetch(self) -> None:
         self.archive  # noqa: B018 - packs a built-in archive once, untimed
@@ -77,7 +69,7 @@ class Extract(Workload):
         tar = [
             "tar",
             "-x",
-            *([_TAR_FLAG[archive.compression]] if archive.compression else []),
+            *([TAR_FLAG[archive.compression]] if archive.compression else []),
             "-f",
             str(staged),
             "-C",

@@ -18,13 +18,12 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from layerbench import system
-from layerbench.archives import BUILTIN, archive_estimate, builtin_archive, user_archive
+from layerbench.archives import archive_estimate, builtin_archive, check_spec, resolve, unpack
 from layerbench.errors import SetupError
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
 _CHILD = Path(__file__).with_name("_read_tree_child.py")
-_TAR_FLAG = {"gz": "-z", "xz": "-J", "bz2": "-j", "zst": "--zstd"}
 
 
 class ReadTreeOptions(WorkloadOptions):
@@ -36,13 +35,7 @@ class ReadTreeOptions(WorkloadOptions):
     @field_validator("tree")
     @classmethod
     def _tree(cls, value: str) -> str:
-        if value == "top":
-            return value
-        if value.startswith("builtin:"):
-            if value.removeprefix("builtin:") not in BUILTIN:
-                valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
-                raise ValueError(f"unknown built-in tree {value!r}; valid: top, {valid}, or a tar archive")
-            return value
+        return value if value == "top" else check_spec(value, what="tree", others="top, ")
         if not Path(value).is_file():
             raise ValueError(f"no such archive file {value!r}; give top, builtin:NAME or a tar archive")
         return value
@@ -68,13 +61,7 @@ class ReadTree(Workload):
         options: ReadTreeOptions = self.options  # type: ignore[assignment]
         root = stack.top
         if options.tree != "top" and os.access(root, os.W_OK):
-            archive = (
-                builtin_archive(options.tree.removeprefix("builtin:"))
-                if options.tree.startswith("builtin:")
-                else user_archive(Path(options.tree))
-            )
-            flag = [_TAR_FLAG[archive.compression]] if archive.compression else []
-            system.run(["tar", "-x", *flag, "-f", str(archive.path), "-C", str(root)], timeout=3600)
+            unpack(resolve(options.tree), root)
         if not any(root.iterdir()):
             raise SetupError(f'read-tree: {root} is empty; give the stack content or tree = "builtin:..."')
         output = ctx.workdir / "read-tree.out"
