@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, footprint, namespace, repeatability, validity
+from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
@@ -233,7 +234,7 @@ def _run_interruptibly(
         try:
             experiment.prepare(warnings)
             for line in noise:
-                console.print(f"[yellow]{line}[/yellow]")
+                console.print(f"[yellow]{escape(line)}[/yellow]")
             scratch.describe_holder(f"layerbench run {experiment.plan.source}, experiment {experiment.id}")
             _run_with_progress(experiment, quiet=quiet)
         except KeyboardInterrupt:
@@ -264,7 +265,7 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
         def update(trial: Trial, total: int, result: TrialResult | None) -> None:
             nonlocal last
             reps = experiment.plan.warmup if trial.warmup else experiment.plan.reps
-            what = f"{trial.stack} × {trial.workload} rep {trial.rep + 1}/{reps}"
+            what = escape(f"{trial.stack} × {trial.workload} rep {trial.rep + 1}/{reps}")
             what += " (warm-up)" if trial.warmup else ""
             if result is None:
                 progress.update(task, description=f"{what}{last}")
@@ -289,6 +290,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{len(trials)} trials; baseline {plan.baseline}"
         + (f'; reps = "auto" adds rounds up to {plan.max_reps} reps' if plan.auto_reps else "")
     )
+    for line in expansion.describe(plan.sweeps, plan.increments):
+        print(f"  {line}")
     return 0
 
 

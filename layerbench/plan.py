@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from layerbench import footprint, stats, worlds
+from layerbench import expansion, footprint, stats, worlds
 from layerbench.errors import UserError
 from layerbench.stacks.base import LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -31,6 +31,8 @@ class StackSpec(BaseModel):
     layers: list[dict[str, Any]] = Field(default_factory=list, max_length=16)
     description: str = ""
     world: str | None = None  # "host" or a path: a userland tree exposed to a jail
+    sweep: Any = None  # option path -> values: one stack per value (see expansion.py)
+    incremental: bool = False  # also run every prefix of the layers (see expansion.py)
 
     @field_validator("world")
     @classmethod
@@ -49,7 +51,9 @@ class _PlanFile(BaseModel):
     target_ci: float = Field(default=0.02, gt=0, lt=1)  # reps = "auto": wanted CI half-width of ratios
     cpus: list[Annotated[int, Field(ge=0, le=4095)]] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=1, ge=0, le=100)
-    baseline: Name | None = None
+    baseline: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = (
+        None  # an expanded name too
+    )
     order: Literal["interleaved", "sequential"] = "interleaved"
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     alpha: float = Field(default=stats.ALPHA, gt=0, le=0.5)  # per family of comparisons
@@ -88,6 +92,8 @@ class Plan(BaseModel):
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
     worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
+    sweeps: dict[str, dict[str, Any]] = {}  # expanded stack -> its sweep's group and values
+    increments: dict[str, dict[str, Any]] = {}  # stack -> the stack it adds one layer to
     source: str  # the file, or builtin:NAME
     text: str  # the TOML as given
     quick: bool = False  # --quick was given
@@ -117,6 +123,8 @@ class Plan(BaseModel):
             # What `run --resume` needs to rebuild the very same schedule from the text.
             "run_options": {"quick": self.quick, "reps": self.reps_override},
             "worlds": self.worlds,
+            "sweeps": self.sweeps,
+            "increments": self.increments,
         }
 
 
@@ -181,6 +189,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
     """Check a plan; raise UserError with one line naming source and key."""
     try:
         shape, has_quick_table = _shape(text, quick)
+        expanded = _expand(shape)
         stacks, workloads = _kinds(shape, None if source.startswith("builtin:") else Path(source).parent)
         baseline = shape.baseline or next(iter(shape.stacks))
         if baseline not in stacks:
@@ -214,6 +223,8 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         stacks=stacks,
         workloads=workloads,
         worlds=plan_worlds,
+        sweeps={name: point.as_dict() for name, point in expanded.sweeps.items()},
+        increments={name: step.as_dict() for name, step in expanded.increments.items()},
         source=source,
         text=text,
         quick=quick,
@@ -237,6 +248,24 @@ def _shape(text: str, quick: bool) -> tuple[_PlanFile, bool]:
     except ValidationError as exc:
         raise ValueError(_explain(exc, _PlanFile, ())) from None
     return shape, has_quick_table
+
+
+def _expand(shape: _PlanFile) -> expansion.Expanded:
+    """The stacks as they run: sweeps and incremental stacks expanded (shape.stacks is
+    replaced by them)."""
+    layer_kinds = load_layer_kinds()
+
+    def option_names(kind: str) -> list[str] | None:
+        known = layer_kinds.get(kind)
+        return None if known is None else [k for k in known.Options.model_fields if k != "kind"]
+
+    expanded = expansion.expand(
+        {name: spec.model_dump(exclude_defaults=True) for name, spec in shape.stacks.items()}, option_names
+    )
+    shape.stacks = {
+        name: StackSpec.model_validate(expansion.strip(table)) for name, table in expanded.stacks.items()
+    }
+    return expanded
 
 
 def _kinds(

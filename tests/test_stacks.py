@@ -122,3 +122,56 @@ def test_a_failing_layer_tears_down_the_layers_below(needs_root: None, scratch_r
         with pytest.raises((SetupError, OSError)), build_stack(ctx, layers):
             pass
         assert mounts.mounts_under(workdir) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "mkfs", "mount"),
+    [
+        ({"fs": "btrfs", "size": "128M", "compress": "zstd:3"}, ["-f", "-q"], ["compress=zstd:3"]),
+        (
+            {"fs": "btrfs", "size": "128M", "compress": "lzo", "mount_options": ["noatime"]},
+            ["-f", "-q"],
+            ["compress=lzo", "noatime"],
+        ),
+        (
+            {"fs": "ext4", "data": "journal"},
+            ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
+            ["data=journal"],
+        ),
+        (
+            {"fs": "ext4", "journal": False},
+            ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", "-O", "^has_journal"],
+            [],
+        ),
+    ],
+)
+def test_image_options_become_mkfs_and_mount_arguments(
+    options: dict[str, object], mkfs: list[str], mount: list[str]
+) -> None:
+    from layerbench.stacks.image import ImageOptions
+
+    checked = ImageOptions.model_validate({"kind": "image", **options})
+    assert checked.mkfs_arguments() == mkfs and checked.fs_mount_options() == mount
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"fs": "btrfs", "size": "128M", "compress": "zstd:16"}, '"zstd" or "zstd:1"-"zstd:15"'),
+        ({"fs": "btrfs", "size": "128M", "compress": "lzo:2"}, "a btrfs compression is"),
+        ({"fs": "btrfs", "size": "128M", "compress": "brotli"}, "a btrfs compression is"),
+        ({"fs": "ext4", "compress": "zstd"}, "compress: btrfs only (this image is ext4)"),
+        ({"fs": "xfs", "size": "320M", "data": "writeback"}, "data: ext4 only (this image is xfs)"),
+        ({"fs": "ext4", "data": "journal", "journal": False}, 'data: "journal" needs the journal'),
+    ],
+)
+def test_image_options_for_another_fs_or_out_of_range_are_refused(
+    options: dict[str, object], said: str
+) -> None:
+    from pydantic import ValidationError
+
+    from layerbench.stacks.image import ImageOptions
+
+    with pytest.raises(ValidationError) as caught:
+        ImageOptions.model_validate({"kind": "image", **options})
+    assert said in str(caught.value)

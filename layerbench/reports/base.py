@@ -24,6 +24,7 @@ from layerbench import (
 from layerbench.guest import notes as guest_notes
 from layerbench.reports import host_state
 from layerbench.sizes import format_size
+from layerbench.stats import marginal
 from layerbench.store import Store
 from layerbench.workloads.base import LatencyCdf, Workload
 from layerbench.workloads.base import load_kinds as load_workload_kinds
@@ -39,6 +40,44 @@ class ReportData:
     workloads: list[str]
     samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
     sentinels: list[sentinel.Sample] = field(default_factory=list)  # the drift probes, in order
+    marginals: list[marginal.Marginal] = field(default_factory=list)  # what each layer adds
+
+    @property
+    def sweeps(self) -> dict[str, list[str]]:
+        """Each sweep's stacks, by the stack it was written as (in the plan's order)."""
+        groups: dict[str, list[str]] = {}
+        for stack, point in self.experiment["plan"].get("sweeps", {}).items():
+            groups.setdefault(point["group"], []).append(stack)
+        return groups
+
+    def sweep_values(self, stack: str) -> dict[str, Any]:
+        return dict(self.experiment["plan"].get("sweeps", {}).get(stack, {}).get("values", {}))
+
+    def sweep_lines(self, workload: str) -> list[str]:
+        """Per sweep: each value's elapsed-time ratio against the baseline, side by side."""
+        lines = []
+        for group, stacks in self.sweeps.items():
+            points = []
+            for stack in stacks:
+                values = ",".join(str(v) for v in self.sweep_values(stack).values())
+                points.append(f"{values} {fmt_ratio(self.summary(stack, workload, 'wall_s'))}")
+            swept = ", ".join(self.sweep_values(stacks[0]))
+            lines.append(f"{group} over {swept}: " + "; ".join(points))
+        return lines
+
+    def marginals_of(self, workload: str, metric: str = "wall_s") -> list[marginal.Marginal]:
+        return [m for m in self.marginals if (m.row.workload, m.row.metric) == (workload, metric)]
+
+    def marginal_lines(self, workload: str) -> list[str]:
+        """Per incremental step: what its top layer adds, then the stack against the baseline."""
+        lines = []
+        for step in self.marginals_of(workload):
+            against = self.summary(step.stack, workload, "wall_s")
+            lines.append(
+                f"{step.stack}: +{step.layer} on {step.previous} {fmt_ratio(step.row)} {step.row.verdict}"
+                + (f"; against {self.baseline} {fmt_ratio(against)}" if against is not None else "")
+            )
+        return lines
 
     @cached_property
     def measured(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -137,6 +176,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         workloads,
         store.samples(experiment_id),
         store.sentinels(experiment_id),
+        marginal.marginals(runs, plan.get("increments", {}), workloads, design),
     )
     if moved := host_state.drift_warning(data.sentinels):
         data.warnings.append(
@@ -303,6 +343,35 @@ def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[s
                 str(wall.n),
             ]
         )
+    return header, rows
+
+
+def marginal_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]] | None:
+    """What each layer of an incremental stack adds (elapsed time), where the plan has one."""
+    steps = data.marginals_of(workload)
+    if not steps:
+        return None
+    header = [
+        "stack",
+        "adds",
+        "on top of",
+        "ratio [CI, level]",
+        "verdict",
+        "p adj.",
+        f"against {data.baseline}",
+    ]
+    rows = [
+        [
+            step.stack,
+            step.layer,
+            step.previous,
+            fmt_ratio(step.row),
+            step.row.verdict,
+            fmt_p(step.row),
+            fmt_ratio(data.summary(step.stack, workload, "wall_s")),
+        ]
+        for step in steps
+    ]
     return header, rows
 
 

@@ -145,7 +145,7 @@ def title(comparison: Comparison) -> str:
 
 def render_text(comparison: Comparison) -> str:
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False)
+    console = Console(file=buffer, width=160, color_system=None, highlight=False, markup=False)
     console.print(title(comparison))
     for line in drift_lines(comparison):
         console.print(line)

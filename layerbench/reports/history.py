@@ -35,7 +35,7 @@ def _cells(record: dict[str, Any]) -> list[str]:
 
 def render_text(records: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False)
+    console = Console(file=buffer, width=160, color_system=None, highlight=False, markup=False)
     table = Table(title="experiments", title_justify="left")
     for column in (*COLUMNS, TREND):
         table.add_column(column, justify="right" if column in ("id", "runs") else "left")

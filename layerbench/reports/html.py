@@ -3,13 +3,21 @@ stack's layers and mount lines, the plan and the warnings. Viewable offline."""
 
 import html
 import math
+import re
 from typing import Any
 
 import numpy as np
 
 from layerbench import decompose, tracing
 from layerbench.reports import host_state, plots
-from layerbench.reports.base import ReportData, host_lines, latency_cdfs, register, stack_table
+from layerbench.reports.base import (
+    ReportData,
+    host_lines,
+    latency_cdfs,
+    marginal_table,
+    register,
+    stack_table,
+)
 from layerbench.sizes import format_size
 
 STYLE = """
@@ -36,7 +44,12 @@ def page(title: str, body: list[str]) -> str:
 
 
 def figure(svg: str, name: str) -> str:
-    return f"<div class='figure' id='{name}'>{svg}</div>"
+    return f"<div class='figure' id='{figure_id(name)}'>{svg}</div>"
+
+
+def figure_id(name: str) -> str:
+    """A name as an element id: a sweep's stacks are named with [ = , ] and values."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)
 
 
 def table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
@@ -135,6 +148,7 @@ def render(data: ReportData) -> str:
         "<h2>Hardware/OS</h2>",
         bullet_list(host_lines(experiment["host"])),
         *_cost_section(data),
+        *_sweep_section(data),
         *_tables_section(data),
         *_series_section(data),
         *_host_state_section(data),
@@ -193,6 +207,36 @@ def _cost_section(data: ReportData) -> list[str]:
     ]
 
 
+def _sweep_section(data: ReportData) -> list[str]:
+    """A plot per sweep: each workload's ratio against the swept values."""
+    body = []
+    for group, stacks in data.sweeps.items():
+        values = [data.sweep_values(stack) for stack in stacks]
+        labels = [",".join(str(v) for v in point.values()) for point in values]
+        swept = ", ".join(values[0]) if values else ""
+        panels = {}
+        for workload in data.workloads:
+            by_stack = {p.label: p for p in ratio_points(data, workload)}
+            panels[f"workload {workload}"] = [
+                plots.RatioPoint(label, *_point_fields(by_stack[stack]))
+                for label, stack in zip(labels, stacks, strict=True)
+            ]
+        body += [
+            f"<h2>Sweep <code>{html.escape(group)}</code> over {html.escape(swept)}</h2>",
+            "<p class='note'>Each value's wall time ratio to the baseline, with its interval at the "
+            "level its verdict was decided at; red and starred: significant.</p>",
+            figure(
+                plots.sweep_figure(panels, xlabel=swept, ylabel=f"wall time ratio to {data.baseline}"),
+                f"sweep-{group}",
+            ),
+        ]
+    return body
+
+
+def _point_fields(point: plots.RatioPoint) -> tuple[float | None, float | None, float | None, bool, bool]:
+    return point.ratio, point.low, point.high, point.significant, point.is_baseline
+
+
 def _tables_section(data: ReportData) -> list[str]:
     body = []
     for workload in data.workloads:
@@ -204,6 +248,12 @@ def _tables_section(data: ReportData) -> list[str]:
         why = data.why_lines(workload)  # the read-out of explain.py
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
+        if steps := marginal_table(data, workload):
+            body += [
+                "<p><b>What each layer adds</b> (wall time, stack / the stack one layer shorter; "
+                "its own family of comparisons)</p>",
+                table(*steps, [r[4].split()[0] for r in steps[1]]),
+            ]
         body += _split_section(data, workload)
         if traced := tracing.stack_lines(data.measured, data.stacks, workload):
             title = "block-request latency, issue to completion (bpftrace)"

@@ -16,7 +16,10 @@ from layerbench.store import run_columns
 # 5: an elapsed-time summary row carries its `decomposition` (split, attribution); every run
 #    carries `layers` (bytes per device of its stack, with the write amplification); the
 #    runs have the kernel's metrics (psi_*, kthread_cpu_s, vm_*, disk_*) and facts.kernel.
-SCHEMA_VERSION = 5
+# 6: `marginal` (what each layer of an incremental stack adds: a row per step, workload and
+#    metric, stack / the stack one layer shorter) and `sweeps` (each sweep's stacks and
+#    values); the plan carries `sweeps` and `increments`.
+SCHEMA_VERSION = 6
 
 
 @register("json")
@@ -53,6 +56,15 @@ def render(data: ReportData) -> str:
                 "layers": decompose.layers_of_run(run),
             }
             for run in data.runs
+        ],
+        "marginal": [step.as_dict() for step in data.marginals],
+        "sweeps": [
+            {
+                "group": group,
+                "paths": experiment["plan"]["sweeps"][stacks[0]]["paths"],
+                "points": [{"stack": stack, "values": data.sweep_values(stack)} for stack in stacks],
+            }
+            for group, stacks in data.sweeps.items()
         ],
         "sentinels": [
             {

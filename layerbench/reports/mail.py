@@ -90,6 +90,10 @@ def _workload_lines(data: ReportData, workload: str) -> list[str]:
     if helpers := data.helper_cpu(workload):
         lines += ["", "CPU of helper processes (FUSE daemon), not in the numbers above:"]
         lines += [f"{stack + ':':<{width}} {seconds:.2f}s (median)" for stack, seconds in helpers.items()]
+    if sweeps := data.sweep_lines(workload):
+        lines += ["", "Sweeps (elapsed time against the baseline):", *sweeps]
+    if steps := data.marginal_lines(workload):
+        lines += ["", "What each layer adds (elapsed time, stack / the stack below it):", *steps]
     if why := data.why_lines(workload):
         lines += ["", "Why:", *why]
     if split := data.split_lines(workload):

@@ -1,6 +1,13 @@
 """markdown: the same tables as GitHub-flavoured Markdown, for an issue or a wiki."""
 
-from layerbench.reports.base import ReportData, details_table, host_lines, register, stack_table
+from layerbench.reports.base import (
+    ReportData,
+    details_table,
+    host_lines,
+    marginal_table,
+    register,
+    stack_table,
+)
 
 
 def _row(cells: list[str]) -> str:
@@ -37,6 +44,13 @@ def render(data: ReportData) -> str:
             lines += ["", "Where the elapsed time went (medians):", ""] + [f"- {line}" for line in split]
         if flow := data.flow_lines(workload):
             lines += ["", "Bytes written, down the stack (median run):", ""] + [f"- {line}" for line in flow]
+        if sweeps := data.sweep_lines(workload):
+            lines += ["", "Sweeps (elapsed time against the baseline):", ""] + [
+                f"- {line}" for line in sweeps
+            ]
+        if steps := marginal_table(data, workload):
+            lines += ["", "What each layer adds (elapsed time, stack / the stack below it):", ""]
+            lines += [_row(steps[0]), _row(["---"] * len(steps[0]))] + [_row(r) for r in steps[1]]
         details = details_table(data, workload)
         if details:
             lines += ["", _row(details[0]), _row(["---"] * len(details[0]))] + [_row(r) for r in details[1]]

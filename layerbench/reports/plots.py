@@ -113,6 +113,40 @@ def ratio_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str) -> str:
     return to_svg(figure)
 
 
+def sweep_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str, ylabel: str) -> str:
+    """One panel per workload: the ratio against the swept value, in the sweep's order,
+    each point with its interval; significant ones in red and starred."""
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(max(3.6 * len(panels), 5), 3.2), squeeze=False)
+    for axis, (title, points) in zip(axes[0], panels.items(), strict=True):
+        positions = np.arange(len(points))
+        shown = [(x, p) for x, p in zip(positions, points, strict=True) if p.ratio is not None]
+        axis.plot([x for x, _ in shown], [p.ratio for _, p in shown], color=NEUTRAL, linewidth=1, alpha=0.5)
+        for x, point in shown:
+            colour = BASELINE if point.is_baseline else SIGNIFICANT if point.significant else NEUTRAL
+            if point.low is not None and point.high is not None and not point.is_baseline:
+                below, above = point.ratio - point.low, point.high - point.ratio  # type: ignore[operator]
+                axis.errorbar(x, point.ratio, yerr=[[below], [above]], fmt="o", color=colour, capsize=4)
+            else:
+                axis.plot(x, point.ratio, "o", color=colour)
+            if point.significant:
+                axis.annotate(
+                    "*",
+                    (x, point.high or point.ratio),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    color=colour,
+                )
+        axis.axhline(1.0, color=BASELINE, linestyle="--", linewidth=1)
+        axis.set_xticks(positions, [p.label for p in points], rotation=20 if len(points) > 4 else 0)
+        axis.set_title(title, loc="left", fontsize=10, fontweight="bold")
+        axis.set_xlabel(xlabel)
+        axis.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_ylabel(ylabel)
+    figure.tight_layout()
+    return to_svg(figure)
+
+
 def runs_figure(panels: dict[str, dict[str, tuple[list[float], list[float]]]], *, ylabel: str) -> str:
     """One panel per workload: every run as a dot beside its stack (measured filled, warm-up
     hollow), the median as a bar, so outliers and noise show."""

@@ -9,10 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
+from pydantic import field_validator, model_validator
+
 from layerbench import system, worlds
 from layerbench.errors import UserError
 from layerbench.mounts import mount_of, mount_table
-from layerbench.sizes import SizeText, parse_size
+from layerbench.sizes import SizeText, format_size, parse_size
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
@@ -25,6 +27,11 @@ _MKFS_ARGS = {
 }
 
 
+# The smallest image each mkfs accepts (xfsprogs 5.19 on: 300 MB; mkfs.btrfs: 114294784
+# bytes): a smaller one fails every trial, so the plan is refused up front.
+_MIN_SIZE = {"xfs": 300 * 1000**2, "btrfs": 114294784}
+
+
 class ImageOptions(LayerOptions):
     fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
     size: SizeText = "2G"
@@ -33,6 +40,54 @@ class ImageOptions(LayerOptions):
     direct_io: bool = False  # loop device reads/writes the image file with O_DIRECT
     preallocate: bool = False  # fallocate the image instead of a sparse file
     device: str | None = None  # a real block device instead of an image file (--allow-device)
+    compress: str | None = None  # btrfs: compress=VALUE ("no", "lzo", "zlib[:1-9]", "zstd[:1-15]")
+    data: Literal["ordered", "writeback", "journal"] | None = None  # ext4: the data= journaling mode
+    journal: bool = True  # ext4: false makes it without a journal (mkfs -O ^has_journal)
+
+    @field_validator("compress")
+    @classmethod
+    def _compress(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        algorithm, _, level = value.partition(":")
+        highest = {"zlib": 9, "zstd": 15}.get(algorithm)
+        if algorithm in ("no", "lzo") and not level:
+            return value
+        if highest and (not level or (level.isdigit() and 1 <= int(level) <= highest)):
+            return value
+        raise ValueError(
+            f'{value!r}: a btrfs compression is "no", "lzo", "zlib" or "zlib:1"-"zlib:9", '
+            '"zstd" or "zstd:1"-"zstd:15"'
+        )
+
+    @model_validator(mode="after")
+    def _for_its_fs(self) -> "ImageOptions":
+        if self.compress is not None and self.fs != "btrfs":
+            raise ValueError(f"compress: btrfs only (this image is {self.fs})")
+        if (self.data is not None or not self.journal) and self.fs != "ext4":
+            raise ValueError(f"{'data' if self.data else 'journal'}: ext4 only (this image is {self.fs})")
+        if self.data == "journal" and not self.journal:
+            raise ValueError('data: "journal" needs the journal (journal = false drops it)')
+        return self
+
+    def mkfs_arguments(self) -> list[str]:
+        """mkfs's arguments before the user's own mkfs_options."""
+        return [*_MKFS_ARGS[self.fs], *([] if self.journal else ["-O", "^has_journal"])]
+
+    def fs_mount_options(self) -> list[str]:
+        """The file system's mount options this layer's own keys add, then the user's."""
+        own = [f"compress={self.compress}"] if self.compress else []
+        own += [f"data={self.data}"] if self.data else []
+        return [*own, *self.mount_options]
+
+    @model_validator(mode="after")
+    def _big_enough(self) -> "ImageOptions":
+        smallest = _MIN_SIZE.get(self.fs)
+        if self.device is None and smallest and parse_size(self.size) < smallest:
+            raise ValueError(
+                f"size: {self.size} is smaller than mkfs.{self.fs} accepts; at least {format_size(smallest)}"
+            )
+        return self
 
 
 @register
@@ -102,14 +157,14 @@ class ImageLayer(Layer):
         try:
             mkfs = [
                 f"mkfs.{options.fs}",
-                *_MKFS_ARGS[options.fs],
+                *options.mkfs_arguments(),
                 *options.mkfs_options,
                 *populate,
                 str(image),
             ]
             system.run(mkfs, timeout=1800)
             # mount -o loop sets the loop device to detach itself when unmounted.
-            mount_options = ["loop", *options.mount_options]
+            mount_options = ["loop", *options.fs_mount_options()]
             if options.readonly:
                 mount_options.append("ro")
             with ctx.scratch.mounted(str(image), target, fstype=options.fs, options=mount_options):
@@ -132,8 +187,8 @@ class ImageLayer(Layer):
         if refusal:
             raise UserError(refusal)
         target = ctx.subdir(f"L{self.index}-device")
-        system.run([f"mkfs.{options.fs}", *_MKFS_ARGS[options.fs], *options.mkfs_options, options.device])
-        mount_options = [*options.mount_options, *(["ro"] if options.readonly else [])]
+        system.run([f"mkfs.{options.fs}", *options.mkfs_arguments(), *options.mkfs_options, options.device])
+        mount_options = [*options.fs_mount_options(), *(["ro"] if options.readonly else [])]
         with ctx.scratch.mounted(options.device, target, fstype=options.fs, options=mount_options):
             size = int(Path(f"/sys/class/block/{Path(options.device).resolve().name}/size").read_text()) * 512
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)

@@ -75,7 +75,7 @@ def document(db: Path) -> dict:
 
 
 def test_json_schema_2_carries_each_runs_samples(document: dict) -> None:
-    assert document["schema_version"] == 5
+    assert document["schema_version"] == 6
     runs = document["runs"]
     assert len(runs) == RUNS
     for run in runs:

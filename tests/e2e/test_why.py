@@ -61,7 +61,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_run_has_the_kernel_counters_and_its_layers(experiment: Path) -> None:
     document = json.loads(_report(experiment, "json"))
-    assert document["schema_version"] == 5
+    assert document["schema_version"] == 6
     runs = [r for r in document["runs"] if r["status"] == "ok"]
     assert len(runs) == 18
     for run in runs:
