@@ -51,9 +51,8 @@ class _PlanFile(BaseModel):
     target_ci: float = Field(default=0.02, gt=0, lt=1)  # reps = "auto": wanted CI half-width of ratios
     cpus: list[Annotated[int, Field(ge=0, le=4095)]] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=1, ge=0, le=100)
-    baseline: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = (
-        None  # an expanded name too
-    )
+    # A stack's name, or one a sweep or an incremental stack expands to (`img[fs=xfs]`).
+    baseline: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     order: Literal["interleaved", "sequential"] = "interleaved"
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     alpha: float = Field(default=stats.ALPHA, gt=0, le=0.5)  # per family of comparisons
