@@ -1,6 +1,7 @@
 """html: one self-contained page with the plots (inline SVG), the tables, the host, each
 stack's layers and mount lines, the plan and the warnings. Viewable offline."""
 
+import dataclasses
 import html
 import math
 import re
@@ -218,7 +219,7 @@ def _sweep_section(data: ReportData) -> list[str]:
         for workload in data.workloads:
             by_stack = {p.label: p for p in ratio_points(data, workload)}
             panels[f"workload {workload}"] = [
-                plots.RatioPoint(label, *_point_fields(by_stack[stack]))
+                dataclasses.replace(by_stack[stack], label=label)
                 for label, stack in zip(labels, stacks, strict=True)
             ]
         body += [
@@ -231,10 +232,6 @@ def _sweep_section(data: ReportData) -> list[str]:
             ),
         ]
     return body
-
-
-def _point_fields(point: plots.RatioPoint) -> tuple[float | None, float | None, float | None, bool, bool]:
-    return point.ratio, point.low, point.high, point.significant, point.is_baseline
 
 
 def _tables_section(data: ReportData) -> list[str]:
