@@ -144,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
 # ---- signals -----------------------------------------------------------------------------
 
 
+HURRYING = b"hurrying the teardown\n"
+
+
 @contextlib.contextmanager
 def _interruptible(scratch: Scratch) -> Iterator[None]:
     """First Ctrl-C (or SIGTERM, SIGHUP): stop, tear down, keep finished runs. A second one while
@@ -156,7 +159,10 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
         if count == 1:
             raise KeyboardInterrupt
         scratch.hurry = True
-        console.print("[yellow]hurrying the teardown[/yellow]")
+        # A raw write, never the console: this handler runs between any two bytecodes of the
+        # teardown, which may be inside rich itself (a print, a lazy import of its tables),
+        # and re-entering it there fails.
+        os.write(sys.stderr.fileno(), HURRYING)
 
     # SIGHUP: the ssh session that started the run was closed.
     stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

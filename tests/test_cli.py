@@ -1,0 +1,52 @@
+"""The command line's signal handling, in process."""
+
+import os
+import signal
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from layerbench import cli
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture
+def saved_handlers() -> Iterator[None]:
+    saved = {s: signal.getsignal(s) for s in STOPPING}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def _refuse(*args: object, **kwargs: object) -> None:
+    raise AssertionError("printed through rich from inside a signal handler")
+
+
+@pytest.mark.parametrize("second", STOPPING, ids=lambda s: s.name)
+def test_a_second_signal_hurries_without_touching_rich(
+    saved_handlers: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], second: int
+) -> None:
+    # The second signal can land between any two bytecodes of the teardown, including inside
+    # rich's own print or one of its lazy imports: its handler must not re-enter rich.
+    scratch = SimpleNamespace(hurry=False)
+    monkeypatch.setattr(cli.console, "print", _refuse)
+    with pytest.raises(KeyboardInterrupt), cli._interruptible(scratch):  # type: ignore[arg-type]
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs as the call returns
+            raise AssertionError("the first signal did not interrupt")
+        except KeyboardInterrupt:
+            os.kill(os.getpid(), second)  # while "tearing down"
+            assert scratch.hurry
+            raise
+    assert capfd.readouterr().err == "hurrying the teardown\n"
+    # Once interrupted the run is only exiting: a late signal is ignored, not fatal.
+    assert all(signal.getsignal(s) is signal.SIG_IGN for s in STOPPING)
+
+
+def test_no_signal_leaves_the_handlers_as_they_were(saved_handlers: None) -> None:
+    before = {s: signal.getsignal(s) for s in STOPPING}
+    with cli._interruptible(SimpleNamespace(hurry=False)):  # type: ignore[arg-type]
+        assert all(signal.getsignal(s) is not before[s] for s in STOPPING)
+    assert {s: signal.getsignal(s) for s in STOPPING} == before
