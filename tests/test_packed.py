@@ -1,4 +1,4 @@
-"""squashfs and erofs layer options and their pack commands (no mounts)."""
+"""squashfs, erofs and squashfuse layer options and their commands (no mounts)."""
 
 from pathlib import Path
 
@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from layerbench.stacks.packed import ErofsLayer, ErofsOptions, SquashfsLayer, SquashfsOptions
+from layerbench.stacks.squashfuse import SquashfuseLayer, SquashfuseOptions
 from layerbench.workloads.read_tree import ReadTreeOptions
 
 
@@ -59,4 +60,46 @@ def test_bad_packed_options_say_what_is_valid(options: dict[str, object], said: 
 def test_bad_read_tree_options(options: dict[str, object], said: str) -> None:
     with pytest.raises(ValidationError) as raised:
         ReadTreeOptions(kind="read-tree", **options)  # type: ignore[arg-type]
+    assert said in str(raised.value)
+
+
+def test_squashfuse_serves_the_image_read_only_threaded_or_not() -> None:
+    threaded = SquashfuseLayer(SquashfuseOptions(kind="squashfuse"), 1)
+    assert threaded.daemon_argv(Path("/s/base/layer1.sqfs"), Path("/s/t")) == [
+        "squashfuse_ll", "-f", "-o", "ro", "/s/base/layer1.sqfs", "/s/t",
+    ]  # fmt: skip
+    single = SquashfuseLayer(
+        SquashfuseOptions(kind="squashfuse", multithreaded=False, options=["max_threads=4"]), 1
+    )
+    assert single.daemon_argv(Path("/i"), Path("/t")) == [
+        "squashfuse_ll",
+        "-f",
+        "-s",
+        "-o",
+        "ro,max_threads=4",
+        "/i",
+        "/t",
+    ]
+    # The image is packed as squashfs packs it: the same options, the same command.
+    options = SquashfuseOptions(kind="squashfuse", compressor="gzip", level=6)
+    argv = SquashfsLayer.pack_command(SquashfuseLayer(options, 1), Path("/b"), Path("/b/i"))
+    assert argv[argv.index("-comp") : argv.index("-comp") + 4] == [
+        "-comp",
+        "gzip",
+        "-Xcompression-level",
+        "6",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"options": ["ro,allow_other"]}, "one usable option (one per list item)"),
+        ({"compressor": "lz4", "level": 3}, "compressor lz4 takes no level"),
+        ({"multithreaded": "yes"}, "valid boolean"),
+    ],
+)
+def test_bad_squashfuse_options(options: dict[str, object], said: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        SquashfuseOptions(kind="squashfuse", **options)  # type: ignore[arg-type]
     assert said in str(raised.value)

@@ -22,6 +22,8 @@ layers = []
 layers = [{ kind = "squashfs", content = "builtin:small-tree", compressor = "gzip", level = 6 }]
 [stacks.erofs]
 layers = [{ kind = "erofs", content = "builtin:small-tree" }]
+[stacks.squashfuse]
+layers = [{ kind = "squashfuse", content = "builtin:small-tree", multithreaded = false }]
 [stacks.erofs-overlay]
 layers = [{ kind = "erofs", content = "builtin:small-tree" }, { kind = "overlay" }]
 [workloads.stat]
@@ -46,7 +48,7 @@ def test_one_tree_is_read_on_every_packed_layer(needs_root: None, tmp_path: Path
     cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
     document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
     runs = document["runs"]
-    assert len(runs) == 12 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
+    assert len(runs) == 15 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     entries = {(r["stack"], r["workload"]): r["facts"]["entries"] for r in runs}
     assert len(set(entries.values())) == 1 and min(entries.values()) > 300, entries  # one tree
     read = {r["stack"]: r["facts"]["read_bytes_total"] for r in runs if r["workload"] == "read"}
@@ -55,6 +57,10 @@ def test_one_tree_is_read_on_every_packed_layer(needs_root: None, tmp_path: Path
     mounts = {name: " ".join(info["mount_lines"]) for name, info in document["stacks"].items()}
     assert " squashfs " in mounts["squashfs"] and "/dev/loop" in mounts["squashfs"]
     assert " erofs " in mounts["erofs"] and " overlay " in mounts["erofs-overlay"]
+    served = mounts["squashfuse"]
+    assert " fuse.squashfuse_ll " in served and "squashfuse_ll -f -s -o ro " in served
+    helper = [r["helper_cpu_s"] for r in runs if r["stack"] == "squashfuse" and r["workload"] == "read"]
+    assert helper[0] > 0, "the daemon's CPU is the read's cost in userspace"
     assert leftovers(scratch) == []
 
 
@@ -68,7 +74,7 @@ def test_a_write_onto_a_packed_stack_is_refused_up_front(tmp_path: Path) -> None
     assert "stacks.s: is read-only, and workload w (stream-write) writes onto it" in line
 
 
-@pytest.mark.parametrize("kind", ["squashfs", "erofs"])
+@pytest.mark.parametrize("kind", ["squashfs", "erofs", "squashfuse"])
 def test_kill_9_with_a_packed_layer_mounted_then_clean_leaves_nothing(
     needs_root: None, tmp_path: Path, kind: str
 ) -> None:
@@ -91,7 +97,8 @@ def test_kill_9_with_a_packed_layer_mounted_then_clean_leaves_nothing(
         env={"LAYERBENCH_STOP_AT": "stack-built"},
     )
     wait_stopped(child)
-    assert any(f"L1-{kind}" in item for item in leftovers(scratch))  # mounted, frozen
+    mounted = "L1-fuse" if kind == "squashfuse" else f"L1-{kind}"  # a FUSE layer's mount point
+    assert any(mounted in item for item in leftovers(scratch))  # mounted, frozen
     child.send_signal(signal.SIGKILL)
     child.communicate(timeout=60)
     done = cli("clean", "--scratch", str(scratch), "--db", str(db))
