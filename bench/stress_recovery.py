@@ -59,11 +59,13 @@ _LAYER = {
     "vm": '{ kind = "vm", memory = "512M", disk_size = "256M" }',
     "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',
     "erofs": '{ kind = "erofs", content = "builtin:small-tree" }',
+    "squashfuse": '{ kind = "squashfuse", content = "builtin:small-tree" }',
+    "sshfs": '{ kind = "tmpfs", size = "64M" }, { kind = "sshfs" }',
 }
 # Read-only layers are read, not written.
-_READ_ONLY = {"squashfs", "erofs"}
+_READ_ONLY = {"squashfs", "erofs", "squashfuse"}
 # Failpoints only some layer kinds reach.
-_HELPERS = {"fuse", "fuse-overlayfs", "vm"}
+_HELPERS = {"fuse", "fuse-overlayfs", "squashfuse", "sshfs", "vm"}
 TRIALS = 2
 
 

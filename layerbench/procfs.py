@@ -113,6 +113,21 @@ def ancestors(pid: int) -> set[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below pid (children, their children...), parents first."""
+    children: dict[int, list[int]] = {}
+    for other in pids():
+        if (stat := pid_stat(other)) and stat.state != "Z":
+            children.setdefault(stat.ppid, []).append(other)
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     return [pid for pid in pids() if (stat := pid_stat(pid)) and stat.pgrp == pgid and stat.state != "Z"]
 

@@ -103,7 +103,7 @@ def leftovers(root: Path) -> list[str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if prefix.rstrip("/") in cmdline and re.search(r"bindfs|qemu-system|fuse|chroot", cmdline):
+        if prefix.rstrip("/") in cmdline and re.search(r"bindfs|qemu-system|fuse|chroot|sshd|sshfs", cmdline):
             found.append(f"process {proc.name}: {cmdline.strip()}")
     return found
 
