@@ -61,6 +61,7 @@ _LAYER = {
     "erofs": '{ kind = "erofs", content = "builtin:small-tree" }',
     "squashfuse": '{ kind = "squashfuse", content = "builtin:small-tree" }',
     "sshfs": '{ kind = "tmpfs", size = "64M" }, { kind = "sshfs" }',
+    "fscrypt": '{ kind = "fscrypt", size = "64M" }',
 }
 # Read-only layers are read, not written.
 _READ_ONLY = {"squashfs", "erofs", "squashfuse"}
