@@ -62,6 +62,7 @@ _LAYER = {
     "squashfuse": '{ kind = "squashfuse", content = "builtin:small-tree" }',
     "sshfs": '{ kind = "tmpfs", size = "64M" }, { kind = "sshfs" }',
     "fscrypt": '{ kind = "fscrypt", size = "64M" }',
+    "limits": '{ kind = "limits", cpus = 1, memory = "256M" }',
 }
 # Read-only layers are read, not written.
 _READ_ONLY = {"squashfs", "erofs", "squashfuse"}

@@ -48,6 +48,12 @@ def _cgroup_mounts() -> list[tuple[str, Path, str]]:
     return found
 
 
+def mounted_trees() -> list[tuple[str, Path, str]]:
+    """(fstype, mount point, super options) of every cgroup tree: for a layer that needs
+    another controller (limits: cpuset, memory)."""
+    return _cgroup_mounts()
+
+
 def io_hierarchy() -> Hierarchy | None:
     """The tree to throttle in: cgroup v2 when its io controller is there, else v1 blkio."""
     mounts = _cgroup_mounts()

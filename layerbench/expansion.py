@@ -190,14 +190,18 @@ def _kinds(table: dict[str, Any]) -> list[str]:
 
 
 def _empty_stack(table: dict[str, Any], written: dict[str, dict[str, Any]]) -> str | None:
-    """A stack of the plan with no layers and the same world: what the first layer adds to."""
-    return next(
-        (n for n, t in written.items() if not t.get("layers") and t.get("world") == table.get("world")), None
-    )
+    """A stack of the plan with no layers, the same world and the same limits: what the
+    first layer adds to."""
+    return next((n for n, t in written.items() if not t.get("layers") and _same_setting(t, table)), None)
+
+
+def _same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same world and the same resources (limits): the stacks differ only in layers."""
+    return a.get("world") == b.get("world") and a.get("limits") == b.get("limits")
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("layers", []) == b.get("layers", []) and a.get("world") == b.get("world")
+    return a.get("layers", []) == b.get("layers", []) and _same_setting(a, b)
 
 
 def _prefix_table(table: dict[str, Any], size: int) -> dict[str, Any]:

@@ -33,6 +33,8 @@ class StackSpec(BaseModel):
     world: str | None = None  # "host" or a path: a userland tree exposed to a jail
     sweep: Any = None  # option path -> values: one stack per value (see expansion.py)
     incremental: bool = False  # also run every prefix of the layers (see expansion.py)
+    # { cpus = 1, memory = "3.5G" }: the options of a `limits` layer put on top of the others
+    limits: dict[str, Any] | None = None
 
     @field_validator("world")
     @classmethod
@@ -258,13 +260,27 @@ def _expand(shape: _PlanFile) -> expansion.Expanded:
         known = layer_kinds.get(kind)
         return None if known is None else [k for k in known.Options.model_fields if k != "kind"]
 
+    for name, spec in shape.stacks.items():
+        if spec.limits is not None:
+            _check_kind({"kind": "limits", **spec.limits}, layer_kinds, ("stacks", name, "limits"), "layer")
     expanded = expansion.expand(
         {name: spec.model_dump(exclude_defaults=True) for name, spec in shape.stacks.items()}, option_names
     )
     shape.stacks = {
-        name: StackSpec.model_validate(expansion.strip(table)) for name, table in expanded.stacks.items()
+        name: StackSpec.model_validate(_limits_on_top(expansion.strip(table)))
+        for name, table in expanded.stacks.items()
     }
     return expanded
+
+
+def _limits_on_top(table: dict[str, Any]) -> dict[str, Any]:
+    """A stack's limits are a `limits` layer on top of its layers: the workload runs within
+    them, whatever the layers below are."""
+    limits = table.get("limits")
+    if not limits:
+        return table
+    rest = {key: value for key, value in table.items() if key != "limits"}
+    return {**rest, "layers": [*table.get("layers", []), {"kind": "limits", **limits}]}
 
 
 def _kinds(
