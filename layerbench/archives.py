@@ -1,9 +1,14 @@
-"""Built-in source archives: real source trees of this machine, packed once into a cache
-outside the scratch root and reused by every run."""
+"""Source archives a workload unpacks: built-in ones (real source trees of this machine,
+packed once into a cache outside the scratch root and reused by every run), a Debian source
+package's upstream tarball (`debian:linux`: downloaded once into the same cache, see
+sources.py), or a tar archive of the user's."""
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
+import re
 import sysconfig
 import tarfile
 from dataclasses import dataclass
@@ -34,6 +39,32 @@ BUILTIN: dict[str, tuple[list[str], int]] = {
 # description in the cache says).
 _BUILTIN_ESTIMATE = {"source-tree": 320 * 2**20, "medium-tree": 160 * 2**20, "small-tree": 24 * 2**20}
 _UNPACKED_PER_PACKED = 6  # a compressed source tarball unpacks to at most about this much
+_DEBIAN = re.compile(r"^debian:([a-z0-9][a-z0-9+.-]+)$")
+# Before the first download: (packed, unpacked) bytes of the packages people ask for (the
+# kernel's source: Phoronix's unpack-linux); an unknown package counts as small until fetched.
+_DEBIAN_ESTIMATE = {"linux": (160 * 2**20, 1600 * 2**20)}
+
+
+def debian_package(spec: str) -> str | None:
+    """The source package a `debian:NAME` spec names; None for any other spec."""
+    found = _DEBIAN.match(spec)
+    return found[1] if found else None
+
+
+def _cached_debian(package: str) -> Path | None:
+    from layerbench import sources  # sources uses this module's cache directory
+
+    return sources.cached(package)
+
+
+def packed_size(spec: str) -> int:
+    """The bytes of the archive file itself (what a workload stages), known up front."""
+    if spec.startswith("builtin:"):
+        return archive_estimate(spec)
+    if (package := debian_package(spec)) is not None:
+        cached = _cached_debian(package)
+        return cached.stat().st_size if cached else _DEBIAN_ESTIMATE.get(package, (0, 0))[0]
+    return Path(spec).stat().st_size if Path(spec).is_file() else 0
 
 
 def archive_estimate(spec: str) -> int:
@@ -45,6 +76,13 @@ def archive_estimate(spec: str) -> int:
             return int(json.loads(meta.read_text())["bytes"] * 1.25)  # plus directories and blocks
         except (OSError, ValueError, KeyError):
             return _BUILTIN_ESTIMATE.get(name, 0)
+    if (package := debian_package(spec)) is not None:
+        cached = _cached_debian(package)
+        if cached is None:
+            return _DEBIAN_ESTIMATE.get(package, (0, 0))[1]
+        with contextlib.suppress(OSError, ValueError, KeyError):  # its listing, once read
+            return int(json.loads(_listing_file(cached).read_text())["bytes"] * 1.25)
+        return cached.stat().st_size * _UNPACKED_PER_PACKED
     path = Path(spec)
     size = path.stat().st_size if path.is_file() else 0
     return size * (_UNPACKED_PER_PACKED if path.suffix in _COMPRESSION else 1)
@@ -104,10 +142,18 @@ def check_spec(value: str, *, what: str = "archive", others: str = "") -> str:
     if value.startswith("builtin:"):
         if value.removeprefix("builtin:") not in BUILTIN:
             valid = ", ".join(f"builtin:{name}" for name in BUILTIN)
-            raise ValueError(f"unknown built-in {what} {value!r}; valid: {others}{valid}, or a tar archive")
+            raise ValueError(
+                f"unknown built-in {what} {value!r}; valid: {others}{valid}, debian:PACKAGE or a tar archive"
+            )
+        return value
+    if value.startswith("debian:"):
+        if debian_package(value) is None:
+            raise ValueError(f"{value!r}: debian:PACKAGE names a Debian source package, e.g. debian:linux")
         return value
     if not Path(value).is_file():
-        raise ValueError(f"no such archive file {value!r}; give {others}builtin:NAME or a tar archive")
+        raise ValueError(
+            f"no such archive file {value!r}; give {others}builtin:NAME, debian:PACKAGE or a tar archive"
+        )
     return value
 
 
@@ -115,7 +161,32 @@ def resolve(spec: str) -> Archive:
     """The archive a checked spec names (a built-in one packed first, once)."""
     if spec.startswith("builtin:"):
         return builtin_archive(spec.removeprefix("builtin:"))
+    if (package := debian_package(spec)) is not None:
+        from layerbench import sources
+
+        return _described(sources.fetch(package))  # downloaded once, untimed
     return user_archive(Path(spec))
+
+
+def _described(path: Path) -> Archive:
+    """A downloaded tarball's listing, read once per file and kept beside it: the plan's
+    space check then knows what it unpacks to (the kernel's: 9 times its .xz)."""
+    stat = path.stat()
+    archive = _describe_once(path, stat.st_mtime_ns, stat.st_size)
+    listing = _listing_file(path)
+    if not listing.exists():
+        listing.write_text(json.dumps({"files": archive.files, "bytes": archive.bytes}))
+    return archive
+
+
+def _listing_file(tarball: Path) -> Path:
+    return tarball.with_name(tarball.name + ".layerbench.json")
+
+
+@functools.lru_cache(maxsize=16)
+def _describe_once(path: Path, mtime_ns: int, size: int) -> Archive:
+    """Listing a big tarball (the kernel's: 80,000 files) takes seconds: once per file."""
+    return describe(path)
 
 
 def unpack(archive: Archive, directory: Path) -> None:

@@ -33,9 +33,19 @@ def _apt_options(apt_dir: Path) -> list[str]:
 
 def _upstream_tarball(directory: Path) -> Path | None:
     """The package's source tarball: the upstream .orig one, or a native package's own."""
-    tarballs = sorted(p for p in directory.iterdir() if ".tar." in p.name and ".debian.tar." not in p.name)
+    tarballs = sorted(
+        p
+        for p in directory.iterdir()
+        if ".tar." in p.name and ".debian.tar." not in p.name and p.suffix not in (".asc", ".json")
+    )
     origs = [p for p in tarballs if ".orig.tar." in p.name and ".orig-" not in p.name]
     return (origs or tarballs or [None])[0]
+
+
+def cached(package: str, *, suite: str = DEFAULT_SUITE) -> Path | None:
+    """The package's source tarball if an earlier run downloaded it; None otherwise."""
+    target = SOURCES_DIR / suite / package
+    return _upstream_tarball(target) if target.is_dir() else None
 
 
 def fetch(package: str, *, suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIRROR) -> Path:

@@ -5,11 +5,10 @@ import contextlib
 import shlex
 import shutil
 from functools import cached_property
-from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench.archives import TAR_FLAG, Archive, archive_estimate, check_spec, resolve
+from layerbench.archives import TAR_FLAG, Archive, archive_estimate, check_spec, packed_size, resolve
 from layerbench.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
@@ -25,9 +24,6 @@ class ExtractOptions(WorkloadOptions):
     @classmethod
     def _archive(cls, value: str) -> str:
         return check_spec(value)
-        if not Path(value).is_file():
-            raise ValueError(f"no such archive file {value!r}; give a path or builtin:source-tree")
-        return value
 
 
 @register
@@ -43,9 +39,7 @@ class Extract(Workload):
 
     def staging_bytes(self) -> int:
         options: ExtractOptions = self.options  # type: ignore[assignment]
-        if options.archive.startswith("builtin:"):
-            return archive_estimate(options.archive) + _STAGE_SLACK
-        return Path(options.archive).stat().st_size + _STAGE_SLACK
+        return packed_size(options.archive) + _STAGE_SLACK
 
     @cached_property
     def archive(self) -> Archive:
