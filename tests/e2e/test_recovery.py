@@ -279,3 +279,60 @@ def test_a_stopping_signal_tears_down_keeps_runs_and_marks_interrupted(
     resumed = cli("run", "--resume", "1", *args)
     assert resumed.returncode == 0, resumed.stderr
     assert _db_facts(db) == ("done", TRIALS, "ok")
+
+
+# Every layer kind, as the smallest stack that builds it (vm: tests/e2e/test_vm.py).
+KIND_LAYERS = {
+    "dir": '{ kind = "dir" }',
+    "tmpfs": '{ kind = "tmpfs", size = "64M" }',
+    "image": '{ kind = "image", size = "64M" }',
+    "bind": '{ kind = "bind" }',
+    "throttle": '{ kind = "throttle", write_bps = "500M" }',
+    "overlay": '{ kind = "overlay" }',
+    "fuse": '{ kind = "fuse" }',
+    "fuse-overlayfs": '{ kind = "fuse-overlayfs" }',
+    "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',
+    "erofs": '{ kind = "erofs", content = "builtin:small-tree" }',
+    "squashfuse": '{ kind = "squashfuse", content = "builtin:small-tree" }',
+    "sshfs": '{ kind = "tmpfs", size = "64M" }, { kind = "sshfs" }',
+    "fscrypt": '{ kind = "fscrypt", size = "64M" }',
+    "limits": '{ kind = "limits", cpus = 1, memory = "256M" }',
+}
+_READS_ONLY = {"squashfs", "erofs", "squashfuse"}
+
+
+def test_every_layer_kind_is_in_the_recovery_tests() -> None:
+    from layerbench.stacks.base import load_kinds
+
+    assert set(load_kinds()) - {"vm"} == set(KIND_LAYERS)
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_LAYERS))
+def test_every_layer_kind_leaves_nothing_after_ctrl_c_and_after_kill_9(
+    needs_root: None, tmp_path: Path, kind: str
+) -> None:
+    workload = 'kind = "read-tree"' if kind in _READS_ONLY else 'kind = "stream-write"\nsize = "4M"'
+    plan = _plan(
+        tmp_path,
+        f'name = "k"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n[stacks.s]\nlayers = [{KIND_LAYERS[kind]}]\n'
+        f"[workloads.w]\n{workload}\n",
+    )
+    scratch, db = TEST_ROOT / f"every-kind-{kind}", tmp_path / "r.db"
+    common = ["run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", "--no-namespace"]
+    interrupted = start_cli(*common, env={"LAYERBENCH_STOP_AT": "run-started"})
+    wait_stopped(interrupted)
+    interrupted.send_signal(signal.SIGINT)
+    interrupted.send_signal(signal.SIGCONT)
+    _, stderr = interrupted.communicate(timeout=120)
+    assert interrupted.returncode == 130 and "Traceback" not in stderr, stderr
+    assert leftovers(scratch) == [], "after Ctrl-C"
+    killed = start_cli(*common, env={"LAYERBENCH_STOP_AT": "stack-built"})
+    wait_stopped(killed)
+    # Built and frozen: a directory holds no mount, loop device, daemon or group to leave.
+    assert leftovers(scratch) or kind == "dir", "the stack is built and frozen"
+    assert list(scratch.glob("trials/*"))
+    killed.kill()
+    killed.communicate(timeout=60)
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db))
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert leftovers_after(scratch, 10) == [], "after kill -9 and clean"
