@@ -107,6 +107,7 @@ class LocalExecutor(Executor):
             else:
                 prepared = workload.prepare(ctx, built, resources)
                 counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
+                prepared.facts.update(built.run_facts())
                 prepared.collect()
                 if counters.status == "failed" and prepared.failure:
                     counters = dataclasses.replace(counters, error=f"{counters.error}; {prepared.failure}")

@@ -9,7 +9,7 @@ import contextlib
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -42,6 +42,9 @@ class Exposed:
     # guest): an object with run(request, host_devices, timeout) and describe().
     elsewhere: Any = None
     cgroup_procs: list[Path] = field(default_factory=list)  # the timed child joins these first
+    # Read after each timed run: facts only this layer knows about it (a limits group's
+    # peak memory), stored with the run.
+    run_facts: list[Callable[[], dict[str, object]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,13 @@ class BuiltStack:
     @property
     def cgroup_procs(self) -> list[Path]:
         return [procs for exposed in self.layers for procs in exposed.cgroup_procs]
+
+    def run_facts(self) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for exposed in self.layers:
+            for read in exposed.run_facts:
+                found |= read()
+        return found
 
     @property
     def fs_size(self) -> int | None:

@@ -119,19 +119,35 @@ class LimitsLayer(Layer):
         with contextlib.ExitStack() as groups:
             lines: list[str] = []
             procs: list[Path] = []
+            facts: dict[str, object] = {}
             if options.cpus or options.cpu_list:
                 hierarchy = _controller("cpuset")
                 assert hierarchy is not None
                 group = groups.enter_context(ctx.scratch.cgroup(hierarchy, f"{label}-cpuset"))
                 lines.append(_set_cpus(hierarchy, group, options.chosen_cpus()))
                 procs.append(group / "cgroup.procs")
+                facts["limits_cpus"] = len(options.chosen_cpus())
             if options.memory:
                 hierarchy = _controller("memory")
                 assert hierarchy is not None
                 group = groups.enter_context(ctx.scratch.cgroup(hierarchy, f"{label}-memory"))
                 lines.append(_set_memory(hierarchy, group, parse_size(options.memory)))
                 procs.append(group / "cgroup.procs")
-            yield Exposed(path=below.path, mount_lines=lines, cgroup_procs=procs)
+                facts["limits_memory_bytes"] = parse_size(options.memory)
+                peak = group / ("memory.peak" if hierarchy.version == 2 else "memory.max_usage_in_bytes")
+            else:
+                peak = None
+
+            def run_facts() -> dict[str, object]:
+                # The group is new with the stack, and only the timed run is ever in it: its
+                # peak is the run's (the page cache it filled included).
+                found = dict(facts)
+                if peak is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        found["limits_memory_peak_bytes"] = int(peak.read_text())
+                return found
+
+            yield Exposed(path=below.path, mount_lines=lines, cgroup_procs=procs, run_facts=[run_facts])
 
 
 def _write(path: Path, value: str) -> None:

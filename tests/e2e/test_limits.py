@@ -26,6 +26,9 @@ limits = {{ cpus = 1, memory = "192M" }}
 [workloads.where]
 kind = "command"
 run = "sh {where}"
+[workloads.build]
+kind = "command"
+run = "make -s -j2 -f {makefile}"
 [workloads.hungry]
 kind = "command"
 run = "{python} {hungry}"
@@ -41,8 +44,11 @@ def test_the_control_stack_runs_on_one_cpu_within_its_memory(needs_root: None, t
     hungry.write_text(
         "b = bytearray(512 * 2**20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"
     )  # touched: resident
+    makefile = tmp_path / "Makefile"  # two CPU-bound jobs of a second each, side by side
+    spin = "\ttimeout 1 sh -c 'while :; do :; done' || true\n"
+    makefile.write_text(f"all: a b\na:\n{spin}b:\n{spin}")
     plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN.format(where=where, hungry=hungry, python=sys.executable))
+    plan.write_text(PLAN.format(where=where, hungry=hungry, makefile=makefile, python=sys.executable))
     db, scratch = tmp_path / "r.db", TEST_ROOT / "limits"
     cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
     document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
@@ -58,6 +64,13 @@ def test_the_control_stack_runs_on_one_cpu_within_its_memory(needs_root: None, t
     assert "0" in by_cpus and len(by_cpus) == (2 if everywhere != "0" else 1), blocks  # CPU 0 alone
     limited = by_cpus["0"]
     assert "layerbench/" in limited and "-L2-cpuset" in limited and "-L2-memory" in limited, limited
+    # make -j2 on one CPU: its two jobs share it (unlimited, they take both CPUs there are).
+    assert runs[("control", "build")]["status"] == "ok"
+    assert runs[("control", "build")]["cpu_pct"] <= 110, runs[("control", "build")]["cpu_pct"]
+    # The page cache is held to the limit: the group's recorded peak (the run's alone).
+    for run in (runs[("control", "where")], hungry):
+        assert 0 < run["facts"]["limits_memory_peak_bytes"] <= 192 * 2**20, run["facts"]
+    assert "limits_memory_peak_bytes" not in runs[("native", "where")]["facts"]
     lines = " ".join(document["stacks"]["control"]["mount_lines"])
     assert "limits: CPUs 0 (1)" in lines and "limits: memory 192M" in lines, lines
     assert leftovers(scratch) == []
