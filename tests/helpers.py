@@ -1,5 +1,6 @@
 """Shared by the tests: running the CLI for real, and what layerbench may leave behind."""
 
+import json
 import os
 import re
 import shutil
@@ -8,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 # Each checkout (and each concurrent session) gets its own scratch area for tests.
@@ -47,6 +49,15 @@ def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def run_plan(tmp_path: Path, text: str, scratch: Path, *options: str) -> dict[str, Any]:
+    """Write the plan (tmp_path/plan.toml), run it quietly into a fresh database
+    (tmp_path/r.db); its JSON report."""
+    plan, db = tmp_path / "plan.toml", tmp_path / "r.db"
+    plan.write_text(text)
+    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *options, check=True)
+    return json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
 
 
 def wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:

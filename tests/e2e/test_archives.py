@@ -1,11 +1,10 @@
 """A Debian source package as the archive, for real: downloaded once into the cache (not
 the scratch root), the host's apt configuration untouched, then unpacked like any other."""
 
-import json
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers
+from helpers import TEST_ROOT, leftovers, run_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +27,8 @@ def _apt_configuration() -> dict[str, bytes]:
 
 def test_a_debian_source_package_is_fetched_once_and_unpacked(needs_root: None, tmp_path: Path) -> None:
     before = _apt_configuration()
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN)
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "debian-archive"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "debian-archive"
+    document = run_plan(tmp_path, PLAN, scratch)
     runs = document["runs"]
     assert len(runs) == 2 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     assert len({r["units"] for r in runs}) == 1 and runs[0]["units"] > 100_000  # the same tree, twice

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli, wait_stopped
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, run_plan, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -32,11 +32,8 @@ files = 100
 
 
 def test_writes_and_metadata_in_an_encrypted_directory(needs_root: None, tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN)
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "fscrypt"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "fscrypt"
+    document = run_plan(tmp_path, PLAN, scratch)
     runs = document["runs"]
     assert len(runs) == 6 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     for padding in (4, 32):

@@ -2,12 +2,11 @@
 through it over a directory and over an erofs image, its daemon's CPU is counted, and
 nothing is left after a run or after kill -9 and clean."""
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli, wait_stopped
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, run_plan, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -35,11 +34,8 @@ tree = "builtin:small-tree"
 
 
 def test_fuse_overlayfs_serves_writes_and_reads(needs_root: None, tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN)
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "fuse-overlayfs"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "fuse-overlayfs"
+    document = run_plan(tmp_path, PLAN, scratch)
     runs = document["runs"]
     assert len(runs) == 8 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     entries = {r["stack"]: r["facts"]["entries"] for r in runs if r["workload"] == "stat"}

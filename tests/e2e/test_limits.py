@@ -2,13 +2,12 @@
 that needs more memory than the limit fails (and the trials after it run), and the groups
 are gone afterwards."""
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers
+from helpers import TEST_ROOT, leftovers, run_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -47,11 +46,10 @@ def test_the_control_stack_runs_on_one_cpu_within_its_memory(needs_root: None, t
     makefile = tmp_path / "Makefile"  # two CPU-bound jobs of a second each, side by side
     spin = "\ttimeout 1 sh -c 'while :; do :; done' || true\n"
     makefile.write_text(f"all: a b\na:\n{spin}b:\n{spin}")
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN.format(where=where, hungry=hungry, makefile=makefile, python=sys.executable))
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "limits"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "limits"
+    document = run_plan(
+        tmp_path, PLAN.format(where=where, hungry=hungry, makefile=makefile, python=sys.executable), scratch
+    )
     runs = {(r["stack"], r["workload"]): r for r in document["runs"]}
     assert runs[("native", "where")]["status"] == runs[("native", "hungry")]["status"] == "ok"
     assert runs[("control", "where")]["status"] == "ok"

@@ -1,12 +1,20 @@
 """squashfs and erofs layers and the read-tree workload for real: one tree packed, mounted
 and read on each, nothing left after a run or after kill -9 and clean."""
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli, wait_stopped
+from helpers import (
+    TEST_ROOT,
+    cli,
+    leftovers,
+    leftovers_after,
+    one_line_error,
+    run_plan,
+    start_cli,
+    wait_stopped,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -42,11 +50,8 @@ warm = true
 
 
 def test_one_tree_is_read_on_every_packed_layer(needs_root: None, tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN)
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "packed"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "packed"
+    document = run_plan(tmp_path, PLAN, scratch)
     runs = document["runs"]
     assert len(runs) == 15 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     entries = {(r["stack"], r["workload"]): r["facts"]["entries"] for r in runs}

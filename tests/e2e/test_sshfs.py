@@ -2,14 +2,13 @@
 trial's key; writes and metadata through it; nothing left after a run or after kill -9 and
 clean, and the host's /run untouched."""
 
-import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli, wait_stopped
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, run_plan, start_cli, wait_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -55,11 +54,8 @@ def _tcp_ports(state: str, address: str = LOOPBACK) -> set[int]:
 
 def test_writes_and_metadata_over_ssh_leave_nothing(needs_root: None, tmp_path: Path) -> None:
     had_run_sshd = Path("/run/sshd").exists()
-    plan = tmp_path / "plan.toml"
-    plan.write_text(PLAN)
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "sshfs"
-    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
-    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    scratch = TEST_ROOT / "sshfs"
+    document = run_plan(tmp_path, PLAN, scratch)
     runs = document["runs"]
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     over_ssh = [r for r in runs if r["stack"] == "ssh"]
