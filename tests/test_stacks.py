@@ -163,6 +163,9 @@ def test_image_options_become_mkfs_and_mount_arguments(
         ({"fs": "ext4", "compress": "zstd"}, "compress: btrfs only (this image is ext4)"),
         ({"fs": "xfs", "size": "320M", "data": "writeback"}, "data: ext4 only (this image is xfs)"),
         ({"fs": "ext4", "data": "journal", "journal": False}, 'data: "journal" needs the journal'),
+        ({"scheduler": "cfq"}, "'none', 'mq-deadline', 'kyber' or 'bfq'"),
+        ({"sector_size": 3000}, "512, 1024, 2048 or 4096"),
+        ({"device": "/dev/vdb", "scheduler": "bfq"}, "a device has none"),
     ],
 )
 def test_image_options_for_another_fs_or_out_of_range_are_refused(

@@ -11,6 +11,7 @@ first, then control groups, loop devices and, last, paths."""
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import time
@@ -271,6 +272,36 @@ class LoopKind(ResourceKind):
                     recovery.problems.append(f"cannot detach /dev/{name} ({backing}): {exc}")
 
 
+_LOOP_QUEUE_SETTING = re.compile(r"^/sys/block/(loop\d+)/queue/[a-z_]+$")
+
+
+def read_setting(path: Path) -> str:
+    """A sysfs setting's value; of a choice like `[none] mq-deadline`, the chosen one."""
+    text = path.read_text().strip()
+    chosen = re.search(r"\[([^]]+)\]", text)
+    return chosen[1] if chosen else text
+
+
+class SettingKind(ResourceKind):
+    """A setting of one of our loop devices' queues (its I/O scheduler): the queue outlives
+    the binding, so the value it had is written back, unless the device now serves someone
+    else's file."""
+
+    name, phase = "setting", 45
+
+    def recover(self, resource: Resource, recovery: Recovery) -> None:
+        old = resource.info.get("old")
+        found = _LOOP_QUEUE_SETTING.match(resource.target)
+        if not isinstance(old, str) or found is None or not Path(resource.target).exists():
+            return
+        backing = mounts.loop_backing_file(found[1])
+        if backing and not inside(backing.removesuffix(" (deleted)"), recovery.root):
+            return  # bound again, to another's file: theirs now
+        if read_setting(Path(resource.target)) != old:
+            Path(resource.target).write_text(old + "\n")
+            recovery.removed.append(f"restored {resource.target} to {old}")
+
+
 class PathKind(ResourceKind):
     name, phase = "path", 50
 
@@ -281,7 +312,7 @@ class PathKind(ResourceKind):
 
 KINDS: dict[str, ResourceKind] = {
     kind.name: kind
-    for kind in (GroupKind(), ProcessKind(), MountKind(), CgroupKind(), LoopKind(), PathKind())
+    for kind in (GroupKind(), ProcessKind(), MountKind(), CgroupKind(), LoopKind(), SettingKind(), PathKind())
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 import layerbench.scratch.resources as resources
-from layerbench import cgroups, failpoints, mounts, procfs
+from layerbench import cgroups, failpoints, mounts, procfs, system
 from layerbench.errors import SetupError, UserError
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
@@ -132,6 +132,39 @@ class Scratch:
             yield pid
         finally:
             resources.stop_process(pid, None, hurry=self.hurry)
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def setting(self, path: Path, value: str) -> Iterator[str]:
+        """A queue setting of one of our loop devices, written and put back on the way out;
+        yields the value it had."""
+        old = resources.read_setting(path)
+        ident = self.journal.add("setting", path, old=old)
+        try:
+            try:
+                path.write_text(value + "\n")
+            except OSError as exc:
+                raise SetupError(f"cannot write {value!r} to {path}: {exc.strerror}") from None
+            yield old
+        finally:
+            with contextlib.suppress(OSError):
+                if resources.read_setting(path) != old:
+                    path.write_text(old + "\n")
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def loop_device(self, image: Path, arguments: list[str]) -> Iterator[str]:
+        """A loop device over an image file in this root (losetup with arguments, e.g. a
+        sector size), detached on the way out; found again by clean from its backing file."""
+        if not image.is_relative_to(self.root):
+            raise UserError(f"refusing to attach {image}: outside the scratch root")
+        ident = self.journal.add("loop", image)
+        device = system.run(["losetup", "--find", "--show", *arguments, str(image)]).strip()
+        try:
+            yield device
+        finally:
+            with contextlib.suppress(SetupError):
+                system.run(["losetup", "--detach", device])
             self.journal.done(ident)
 
     @contextlib.contextmanager

@@ -43,6 +43,11 @@ class ImageOptions(LayerOptions):
     compress: str | None = None  # btrfs: compress=VALUE ("no", "lzo", "zlib[:1-9]", "zstd[:1-15]")
     data: Literal["ordered", "writeback", "journal"] | None = None  # ext4: the data= journaling mode
     journal: bool = True  # ext4: false makes it without a journal (mkfs -O ^has_journal)
+    # The loop device's I/O scheduler (one of what its queue/scheduler offers), put back after.
+    scheduler: Literal["none", "mq-deadline", "kyber", "bfq"] | None = None
+    # The loop device's logical block size (losetup --sector-size); mkfs then runs on the
+    # device, so the file system's blocks are at least that large.
+    sector_size: Literal[512, 1024, 2048, 4096] | None = None
 
     @field_validator("compress")
     @classmethod
@@ -64,6 +69,8 @@ class ImageOptions(LayerOptions):
     def _for_its_fs(self) -> "ImageOptions":
         if self.compress is not None and self.fs != "btrfs":
             raise ValueError(f"compress: btrfs only (this image is {self.fs})")
+        if self.device is not None and (self.scheduler or self.sector_size):
+            raise ValueError("scheduler and sector_size set up the image's loop device; a device has none")
         if (self.data is not None or not self.journal) and self.fs != "ext4":
             raise ValueError(f"{'data' if self.data else 'journal'}: ext4 only (this image is {self.fs})")
         if self.data == "journal" and not self.journal:
@@ -155,28 +162,53 @@ class ImageLayer(Layer):
         if ctx.world and options.fs == "ext4" and worlds.visible(ctx.world, below.path):
             populate = ["-d", str(ctx.world)]
         try:
-            mkfs = [
-                f"mkfs.{options.fs}",
-                *options.mkfs_arguments(),
-                *options.mkfs_options,
-                *populate,
-                str(image),
-            ]
-            system.run(mkfs, timeout=1800)
-            # mount -o loop sets the loop device to detach itself when unmounted.
-            mount_options = ["loop", *options.fs_mount_options()]
-            if options.readonly:
-                mount_options.append("ro")
-            with ctx.scratch.mounted(str(image), target, fstype=options.fs, options=mount_options):
-                entry = mount_of(target)
-                if options.direct_io:
-                    system.run(["losetup", "--direct-io=on", entry.source])
-                line = f"{entry.line()} [{entry.source} -> {image}]"
-                yield Exposed(path=target, mount_lines=[line], fs_size=size)
+            with contextlib.ExitStack() as attached:
+                # With a sector size the loop device is attached first and formatted itself;
+                # otherwise mount -o loop attaches it (and detaches it when unmounted).
+                source = str(image)
+                if options.sector_size:
+                    loop = ["--sector-size", str(options.sector_size)]
+                    loop += ["--direct-io=on"] if options.direct_io else []
+                    source = attached.enter_context(ctx.scratch.loop_device(image, loop))
+                mkfs = [
+                    f"mkfs.{options.fs}",
+                    *options.mkfs_arguments(),
+                    *options.mkfs_options,
+                    *populate,
+                    source,
+                ]
+                system.run(mkfs, timeout=1800)
+                mount_options = [*([] if options.sector_size else ["loop"]), *options.fs_mount_options()]
+                if options.readonly:
+                    mount_options.append("ro")
+                with ctx.scratch.mounted(source, target, fstype=options.fs, options=mount_options):
+                    entry = mount_of(target)
+                    if options.direct_io and not options.sector_size:
+                        system.run(["losetup", "--direct-io=on", entry.source])
+                    line = f"{entry.line()} [{entry.source} -> {image}]"
+                    lines = [line, *self._queue_lines(entry.source)]
+                    queue = Path("/sys/block", Path(entry.source).name, "queue", "scheduler")
+                    with (
+                        ctx.scratch.setting(queue, options.scheduler)  # put back before the unmount
+                        if options.scheduler
+                        else contextlib.nullcontext()
+                    ) as was:
+                        if options.scheduler:
+                            lines.append(f"{entry.source} scheduler {options.scheduler} (was {was})")
+                        yield Exposed(path=target, mount_lines=lines, fs_size=size)
         finally:
             # The image lives on the layer below; remove it before that layer goes away.
             with contextlib.suppress(FileNotFoundError):
                 image.unlink()
+
+    @staticmethod
+    def _queue_lines(device: str) -> list[str]:
+        """The loop device's logical block size, when it is not the usual 512 bytes."""
+        size = Path("/sys/block", Path(device).name, "queue", "logical_block_size")
+        with contextlib.suppress(OSError):
+            if (found := size.read_text().strip()) != "512":
+                return [f"{device} logical block size {found}"]
+        return []
 
     @contextlib.contextmanager
     def _on_device(self, ctx: BuildContext, options: ImageOptions) -> Iterator[Exposed]:

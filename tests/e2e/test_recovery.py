@@ -336,3 +336,31 @@ def test_every_layer_kind_leaves_nothing_after_ctrl_c_and_after_kill_9(
     done = cli("clean", "--scratch", str(scratch), "--db", str(db))
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
     assert leftovers_after(scratch, 10) == [], "after kill -9 and clean"
+
+
+def test_a_loop_devices_scheduler_is_put_back_by_clean_after_kill_9(needs_root: None, tmp_path: Path) -> None:
+    plan = _plan(
+        tmp_path,
+        'name = "q"\nreps = 1\nwarmup = 0\n[stacks.s]\n'
+        'layers = [{ kind = "image", size = "64M", scheduler = "bfq", sector_size = 4096 }]\n'
+        '[workloads.w]\nkind = "stream-write"\nsize = "1M"\n',
+    )
+    scratch, db = TEST_ROOT / "loop-queue", tmp_path / "r.db"
+    child = start_cli(
+        "run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", "--no-namespace",
+        env={"LAYERBENCH_STOP_AT": "stack-built"},
+    )  # fmt: skip
+    try:
+        wait_stopped(child)
+        [entry] = [json.loads(line)["add"] for line in (scratch / "journal.jsonl").read_text().splitlines()
+                   if '"setting"' in line]  # fmt: skip
+        queue = Path(entry["target"])
+        assert "[bfq]" in queue.read_text()
+        assert (queue.parent / "logical_block_size").read_text().strip() == "4096"
+    finally:
+        child.kill()
+        child.communicate(timeout=60)
+    done = cli("clean", "--scratch", str(scratch), "--db", str(db), check=True)
+    assert f"restored {queue} to {entry['old']}" in done.stdout, done.stdout
+    assert f"[{entry['old']}]" in queue.read_text()
+    assert leftovers_after(scratch, 10) == []
