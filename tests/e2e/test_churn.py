@@ -19,7 +19,13 @@ pytestmark = pytest.mark.e2e
 # A vm top layer runs the workload inside its guest, where nothing is left to churn;
 # tests/e2e/test_vm.py covers the guest.
 KINDS = sorted(kind for kind in load_kinds() if kind != "vm")
-_OPTIONS = {"tmpfs": ', size = "32M"', "image": ', size = "32M"', "throttle": ', write_bps = "100M"'}
+_OPTIONS = {
+    "tmpfs": ', size = "32M"',
+    "image": ', size = "32M"',
+    "fscrypt": ', size = "32M"',
+    "throttle": ', write_bps = "100M"',
+    "limits": ", cpus = 1",
+}
 
 
 def _plan(cycles: int, files: int, extra: str = "") -> str:
