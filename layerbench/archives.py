@@ -14,10 +14,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import system
+from layerbench import sources, system
+from layerbench.cache import CACHE_DIR
 from layerbench.errors import UserError
-
-CACHE_DIR = Path(os.environ.get("LAYERBENCH_CACHE", "/var/cache/layerbench"))
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
 _EXCLUDES = ["--exclude=__pycache__", "--exclude=site-packages", "--exclude=dist-packages", "--exclude=*.pyc"]
@@ -52,8 +51,6 @@ def debian_package(spec: str) -> str | None:
 
 
 def _cached_debian(package: str) -> Path | None:
-    from layerbench import sources  # sources uses this module's cache directory
-
     return sources.cached(package)
 
 
@@ -162,8 +159,6 @@ def resolve(spec: str) -> Archive:
     if spec.startswith("builtin:"):
         return builtin_archive(spec.removeprefix("builtin:"))
     if (package := debian_package(spec)) is not None:
-        from layerbench import sources
-
         return _described(sources.fetch(package))  # downloaded once, untimed
     return user_archive(Path(spec))
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from layerbench import system
-from layerbench.archives import CACHE_DIR
+from layerbench.cache import CACHE_DIR
 from layerbench.errors import SetupError, UserError
 
 SOURCES_DIR = CACHE_DIR / "sources"

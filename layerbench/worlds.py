@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from layerbench import system
-from layerbench.archives import CACHE_DIR
+from layerbench.cache import CACHE_DIR
 from layerbench.errors import SetupError, UserError
 
 WORLDS_DIR = CACHE_DIR / "worlds"
