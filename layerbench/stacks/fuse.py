@@ -36,6 +36,14 @@ class FuseOptions(LayerOptions):
         return values
 
 
+def one_option_each(values: list[str]) -> list[str]:
+    """A FUSE daemon's `-o` options as a list, one per item (they are joined with commas)."""
+    for value in values:
+        if not value.strip() or "\x00" in value or "," in value:
+            raise ValueError(f"{value!r} is not one usable option (one per list item)")
+    return values
+
+
 def bindfs_argv(options: FuseOptions, source: Path, target: Path) -> list[str]:
     """The bindfs command line: in the foreground, so the pid we hold is the daemon."""
     argv = ["bindfs", "-f"]

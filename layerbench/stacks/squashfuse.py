@@ -13,7 +13,7 @@ from pydantic import field_validator
 
 from layerbench import system
 from layerbench.stacks.base import BuildContext, Exposed, Placement, register
-from layerbench.stacks.fuse import FuseLayer
+from layerbench.stacks.fuse import FuseLayer, one_option_each
 from layerbench.stacks.packed import SquashfsLayer, SquashfsOptions, _unpacked
 
 
@@ -26,10 +26,7 @@ class SquashfuseOptions(SquashfsOptions):
     @field_validator("options")
     @classmethod
     def _no_blanks(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not value.strip() or "\x00" in value or "," in value:
-                raise ValueError(f"{value!r} is not one usable option (one per list item)")
-        return values
+        return one_option_each(values)
 
 
 @register

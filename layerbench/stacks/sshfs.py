@@ -23,7 +23,7 @@ from pydantic import field_validator
 from layerbench import procfs, system
 from layerbench.errors import SetupError
 from layerbench.stacks.base import BuildContext, Exposed, LayerOptions, register
-from layerbench.stacks.fuse import FuseLayer
+from layerbench.stacks.fuse import FuseLayer, one_option_each
 
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by its full path
 _LISTEN_WAIT_S = 10.0
@@ -40,10 +40,7 @@ class SshfsOptions(LayerOptions):
     @field_validator("options")
     @classmethod
     def _one_each(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not value.strip() or "\x00" in value or "," in value:
-                raise ValueError(f"{value!r} is not one usable option (one per list item)")
-        return values
+        return one_option_each(values)
 
     @field_validator("cipher")
     @classmethod
