@@ -38,10 +38,11 @@ from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
-from layerbench.store import Store
+from layerbench.store import Location, Store, locate
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
-DEFAULT_DB = Path("layerbench.db")
+DEFAULT_DB = "layerbench.db"
+DB_HELP = "results: an SQLite file, or a database URL (postgresql://USER@HOST/DB)"
 console = Console(stderr=True, highlight=False)
 # Reports are wide: when piped or redirected, do not squeeze them into 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -58,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a plan (the built-in default without one)")
     run.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results SQLite file")
+    run.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     run.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
     run.add_argument("--reps", type=int, help="measured repetitions (overrides the plan)")
     run.add_argument("--quick", action="store_true", help="the plan's small sizes and reps")
@@ -93,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
     report.add_argument("experiment", nargs="?", type=int, help="experiment id")
-    report.add_argument("--db", type=Path, default=DEFAULT_DB)
+    report.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     report.add_argument("--format", default="text", choices=sorted(reports.load_formats()))
     report.add_argument("-o", "--output", type=Path, help="write to this file")
     report.add_argument(
@@ -108,13 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     comparing.add_argument("a", type=int, help="experiment id A (the reference)")
     comparing.add_argument("b", type=int, help="experiment id B")
-    comparing.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file of A (and of B)")
-    comparing.add_argument("--db-b", type=Path, help="results file of B, when it is another one")
+    comparing.add_argument("--db", type=str, default=DEFAULT_DB, help="results of A (and of B): " + DB_HELP)
+    comparing.add_argument("--db-b", type=str, help="results of B, when they are elsewhere")
     comparing.add_argument("--format", default="text", choices=sorted(comparison_formats.FORMATS))
     comparing.add_argument("-o", "--output", type=Path, help="write to this file")
 
     history = commands.add_parser("history", help="every experiment in the results file")
-    history.add_argument("--db", type=Path, default=DEFAULT_DB)
+    history.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     history.add_argument("--format", default="text", choices=sorted(history_formats.FORMATS))
 
     doctoring = commands.add_parser("doctor", help="is this host fit to measure on? checks with fixes")
@@ -127,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
     selftest = commands.add_parser("selftest", help="check that measurements find real differences only")
     selftest.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
-    selftest.add_argument("--db", type=Path, help="keep the checks' experiments here (default: discard)")
+    selftest.add_argument("--db", type=str, help="keep the checks' experiments here (default: discard)")
     selftest.add_argument("--size", default="512M", help="bytes the known-effect check writes per run")
     selftest.add_argument(
         "--repro",
@@ -137,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
 
     clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
     clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
-    clean.add_argument("--db", type=Path, default=DEFAULT_DB, help="mark its killed experiments interrupted")
+    clean.add_argument("--db", type=str, default=DEFAULT_DB, help="mark its killed experiments interrupted")
     return parser
 
 
@@ -302,9 +303,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if not args.db.exists():
-        raise UserError(f"{args.db}: no results database; run `layerbench run` first")
-    store = Store(args.db)
+    store = Store(_existing_db(args.db))
     ident = args.experiment if args.experiment is not None else store.latest_experiment_id()
     if ident is None:
         raise UserError(f"{args.db}: holds no experiment yet")
@@ -339,10 +338,10 @@ def _emit(document: str, output: Path | None) -> int:
     return 0
 
 
-def _existing_db(path: Path) -> Path:
-    if not path.exists():
-        raise UserError(f"{path}: no results database; run `layerbench run` first")
-    return path
+def _existing_db(location: Location) -> Location:
+    if not location.exists():
+        raise UserError(f"{location}: no results database; run `layerbench run` first")
+    return location
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -446,6 +445,9 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        for option in ("db", "db_b"):  # a path or a URL: bad ones get the one-line error below
+            if getattr(args, option, None) is not None:
+                setattr(args, option, locate(getattr(args, option)))
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"layerbench: {exc}", file=sys.stderr)

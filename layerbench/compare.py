@@ -19,7 +19,7 @@ import numpy as np
 
 from layerbench import drift, sentinel, stats
 from layerbench.errors import UserError
-from layerbench.store import Store
+from layerbench.store import Location, Store
 
 METRIC = "wall_s"
 SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
@@ -27,7 +27,7 @@ SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolu
 
 @dataclass
 class Side:
-    db: Path
+    db: "Path | Location"
     experiment: dict[str, Any]
     runs: list[dict[str, Any]]
     sentinels: list[sentinel.Sample] = field(default_factory=list)
@@ -184,7 +184,7 @@ def host_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, An
     ]
 
 
-def load_side(db: Path, experiment_id: int | None) -> Side:
+def load_side(db: "Path | Location", experiment_id: int | None) -> Side:
     store = Store(db)
     try:
         ident = experiment_id if experiment_id is not None else store.latest_experiment_id()
@@ -252,7 +252,7 @@ def drift_between(a: Side, b: Side, absolute: list[stats.Summary], design: stats
     return Drift(baseline_moves, moves, bool(moves))
 
 
-def trends(db: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def trends(db: "Path | Location", records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`history`: each experiment against the previous finished one of the same plan name,
     as compare would put it: did the host move, and how many relative costs repeat."""
     previous: dict[str, int] = {}

@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,24 @@ def scratch_root(request: pytest.FixtureRequest) -> Iterator[Path]:
 def needs_root() -> None:
     if not IS_ROOT:
         pytest.skip("needs root: mounts, loop devices and drop_caches (run the suite as root)")
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster for the session (about 1 s to start)."""
+    import postgres
+
+    if reason := postgres.missing():
+        pytest.skip(reason)
+    with postgres.cluster() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty store on each back end: an SQLite file, a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "r.db")
+    server = request.getfixturevalue("postgres_cluster")
+    name = "t" + format(abs(hash(request.node.nodeid)) % 10**12, "d")
+    return server.create_database(name)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from layerbench.errors import UserError
 from layerbench.store import Store, run_columns
@@ -26,8 +27,8 @@ def _experiment(store: Store) -> int:
     )
 
 
-def test_runs_round_trip(tmp_path: Path) -> None:
-    store = Store(tmp_path / "r.db")
+def test_runs_round_trip(store_location: str) -> None:
+    store = Store(store_location)
     ident = _experiment(store)
     run = dict.fromkeys(run_columns(), 1) | {
         "stack": "a",
@@ -50,17 +51,66 @@ def test_runs_round_trip(tmp_path: Path) -> None:
     assert store.latest_experiment_id() == ident
 
 
-def test_killed_experiments_are_marked_interrupted(tmp_path: Path) -> None:
-    store = Store(tmp_path / "r.db")
+def test_killed_experiments_are_marked_interrupted(store_location: str) -> None:
+    store = Store(store_location)
     ident = _experiment(store)
     assert store.mark_running_interrupted() == []  # our own pid is alive
-    store.db.execute("UPDATE experiments SET pid = 2147483647")  # no such process
+    with store.engine.begin() as connection:  # no such process
+        connection.execute(text("UPDATE experiments SET pid = 2147483647"))
     assert store.mark_running_interrupted() == [ident]
     assert store.experiment(ident)["status"] == "interrupted"
 
 
-def test_missing_experiment_and_corrupt_file(tmp_path: Path) -> None:
-    store = Store(tmp_path / "r.db")
+def test_a_running_experiment_of_another_machine_is_left_alone(store_location: str) -> None:
+    """A shared database holds the running experiments of other machines: their pids mean
+    nothing here, so a run or clean on this machine must not mark them interrupted."""
+    store = Store(store_location)
+    ident = _experiment(store)
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE experiments SET pid = 2147483647, owner = 'elsewhere'"))
+    assert store.mark_running_interrupted() == []
+    assert store.experiment(ident)["status"] == "running"
+
+
+def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> None:
+    from layerbench.sentinel import Sample
+
+    store = Store(store_location)
+    ident = _experiment(store)
+    run = dict.fromkeys(run_columns(), 3) | {
+        "stack": "a",
+        "workload": "w",
+        "status": "ok",
+        "error": None,
+        "unit": "bytes",
+        "started": "now",
+        "warmup": 1,
+    }
+    run["write_bytes"] = 5 * 2**40  # more than a 32-bit integer holds
+    series = [{"t_s": 0.1 * i, "dt_s": 0.1, "write_bytes": 2**33 + i} for i in range(3)]
+    store.add_run_row(ident, run, {}, {}, series)
+    store.add_sentinel(ident, Sample(0, "t0", None, {"cpu": 0.5}, 0.1))
+    store.add_sentinel(ident, Sample(0, "t1", 0, {"cpu": 0.6}, 0.2))  # the same probe again: replaced
+    store.set_experiment_fact(ident, "reps", {"a": 5})
+    store.set_experiment_fact(ident, "reps", {"a": 7})
+    store.finish_experiment(ident, "interrupted", "host lost")
+    (stored,) = store.runs(ident)
+    assert stored["write_bytes"] == 5 * 2**40 and stored["warmup"] is True
+    (samples,) = store.samples(ident).values()
+    assert [s["write_bytes"] for s in samples] == [2**33, 2**33 + 1, 2**33 + 2]
+    (probe,) = store.sentinels(ident)
+    assert probe.parts == {"cpu": 0.6} and probe.after_trial == 0
+    record = store.experiment(ident)
+    assert record["facts"] == {"reps": {"a": 7}}
+    assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
+    store.reopen_experiment(ident)
+    assert store.experiment(ident)["status_reason"] is None
+    (entry,) = store.history()
+    assert entry["runs"] == 1 and entry["stacks"] == []
+
+
+def test_missing_experiment_and_corrupt_file(tmp_path: Path, store_location: str) -> None:
+    store = Store(store_location)
     with pytest.raises(UserError, match="no experiment 9"):
         store.experiment(9)
     bad = tmp_path / "bad.db"

@@ -1,0 +1,448 @@
+"""The results store: an SQLite file (the embedded default) or a PostgreSQL database. Nothing
+else in layerbench speaks SQL.
+
+Each run is committed as soon as it finishes, so an interrupted experiment keeps every
+finished run. On SQLite, WAL mode keeps the file consistent if the process is killed
+mid-write and one writer at a time holds its lock; PostgreSQL takes many writers at once
+(the hosts of a fleet). The schema is defined once (schema.py) and created or upgraded by
+Alembic (migrate.py) when a store opens.
+"""
+
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+
+from layerbench.errors import UserError
+from layerbench.sentinel import Sample
+from layerbench.store import migrate
+from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns
+from layerbench.store.schema import experiment_facts as facts_table
+from layerbench.store.schema import experiments as experiments_table
+from layerbench.store.schema import fleets as fleets_table
+from layerbench.store.schema import runs as current_runs
+from layerbench.store.schema import samples as samples_table
+from layerbench.store.schema import sentinels as sentinels_table
+
+if TYPE_CHECKING:
+    from layerbench.executors.base import TrialResult
+
+__all__ = ["SAMPLE_COLUMNS", "SCHEMA_VERSION", "Location", "Store", "locate", "now", "run_columns"]
+
+_SCHEMES = ("sqlite", "postgresql")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def this_machine() -> str:
+    return socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a store is: an SQLite file (path) or a database URL."""
+
+    url: URL
+    path: Path | None = None  # the SQLite file
+
+    def __str__(self) -> str:
+        """Never with a password: this is printed."""
+        if self.path is not None:
+            return str(self.path)
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.path is not None
+
+    def exists(self) -> bool:
+        """A file must exist to be read; a database server is asked when opened."""
+        return self.path is None or self.path.exists()
+
+
+def locate(where: "str | Path | Location") -> Location:
+    """--db's value: a path (SQLite) or a URL (sqlite:///..., postgresql://user@host/db)."""
+    if isinstance(where, Location):
+        return where
+    text = str(where)
+    if "://" not in text:
+        path = Path(text)
+        return Location(URL.create("sqlite", database=str(path)), path)
+    try:
+        url = make_url(text)
+    except (ArgumentError, ValueError):
+        shown = text.split("@")[-1]
+        raise UserError(
+            f"--db {shown!r}: not a database URL (give a path, or postgresql://USER@HOST/DB)"
+        ) from None
+    scheme = url.get_backend_name()
+    if scheme not in _SCHEMES:
+        raise UserError(
+            f"--db {url.render_as_string(hide_password=True)}: a {scheme} database is not supported; "
+            "give a path (SQLite) or postgresql://USER@HOST/DB"
+        )
+    if scheme == "sqlite":
+        if not url.database:
+            raise UserError("--db sqlite://: give a file, e.g. sqlite:///results.db")
+        return Location(url, Path(url.database))
+    if url.get_driver_name() != "psycopg":
+        url = url.set(drivername="postgresql+psycopg")
+    if not url.database:
+        raise UserError(f"--db {url.render_as_string(hide_password=True)}: the URL names no database")
+    return Location(url)
+
+
+def _engine(location: Location) -> Engine:
+    if location.is_sqlite:
+        engine = create_engine(location.url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(connection: Any, record: Any) -> None:
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(location.url, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    return (str(original).strip().splitlines() or [type(original).__name__])[0]
+
+
+class Store:
+    def __init__(self, where: "str | Path | Location") -> None:
+        self.location = locate(where)
+        self.path = self.location  # how messages name the store
+        self.engine = _engine(self.location)
+        try:
+            with self.engine.begin() as connection:
+                migrate.upgrade(connection)
+        except migrate.NewerSchema as exc:
+            self.engine.dispose()
+            raise UserError(
+                f"results database {self.location}: written by a newer layerbench ({exc}); "
+                "use that version, or another --db"
+            ) from None
+        except (SQLAlchemyError, DBAPIError) as exc:
+            self.engine.dispose()
+            raise UserError(f"results database {self.location}: {_first_line(exc)}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One transaction, committed at the end of the block."""
+        with self.engine.begin() as connection:
+            yield connection
+
+    def _read(self, statement: Any) -> list[dict[str, Any]]:
+        with self.engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(statement)]
+
+    # -- writing
+    def create_experiment(
+        self,
+        *,
+        name: str,
+        plan_source: str,
+        plan_text: str,
+        plan: dict[str, Any],
+        seed: int,
+        baseline: str,
+        host: dict[str, Any],
+        version: str,
+        warnings: list[str],
+        fleet: str | None = None,
+        host_name: str | None = None,
+    ) -> int:
+        values = {
+            "name": name,
+            "status": "running",
+            "plan_source": plan_source,
+            "plan_text": plan_text,
+            "plan_json": json.dumps(plan),
+            "seed": seed,
+            "baseline": baseline,
+            "started": now(),
+            "host_json": json.dumps(host),
+            "warnings_json": json.dumps(warnings),
+            "version": version,
+            "pid": os.getpid(),
+            "owner": this_machine(),
+            "fleet": fleet,
+            "host_name": host_name,
+        }
+        with self._write() as connection:
+            result = connection.execute(experiments_table.insert().values(values))
+            return int(result.inserted_primary_key[0])
+
+    def _update(self, experiment_id: int, **values: Any) -> None:
+        with self._write() as connection:
+            connection.execute(
+                experiments_table.update().where(experiments_table.c.id == experiment_id).values(values)
+            )
+
+    def _json_field(self, connection: Connection, experiment_id: int, column: str) -> Any:
+        statement = select(experiments_table.c[column]).where(experiments_table.c.id == experiment_id)
+        return json.loads(connection.execute(statement).scalar_one())
+
+    def set_stack_info(self, experiment_id: int, stack: str, info: dict[str, Any]) -> None:
+        with self._write() as connection:
+            stacks = self._json_field(connection, experiment_id, "stacks_json")
+            stacks[stack] = info
+            connection.execute(
+                experiments_table.update()
+                .where(experiments_table.c.id == experiment_id)
+                .values(stacks_json=json.dumps(stacks))
+            )
+
+    def add_warning(self, experiment_id: int, warning: str) -> None:
+        with self._write() as connection:
+            warnings = self._json_field(connection, experiment_id, "warnings_json")
+            if warning in warnings:
+                return
+            warnings.append(warning)
+            connection.execute(
+                experiments_table.update()
+                .where(experiments_table.c.id == experiment_id)
+                .values(warnings_json=json.dumps(warnings))
+            )
+
+    def add_run(self, experiment_id: int, result: "TrialResult") -> None:
+        """One trial's run with its devices, facts and samples, committed at once."""
+        self.add_run_row(
+            experiment_id,
+            result.row(),
+            result.counters.devices,
+            result.all_facts(),
+            result.counters.samples,
+        )
+
+    def add_run_row(
+        self,
+        experiment_id: int,
+        run: Mapping[str, Any],
+        devices: dict[str, Any],
+        facts: dict[str, Any],
+        samples: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """A run given as a row of the runs table (columns as in run_columns())."""
+        values = {c: run.get(c) for c in run_columns()} | {
+            "experiment_id": experiment_id,
+            "devices_json": json.dumps(devices),
+            "facts_json": json.dumps(facts),
+        }
+        with self._write() as connection:  # the run and its samples land together
+            run_id = connection.execute(current_runs().insert().values(values)).inserted_primary_key[0]
+            if samples:
+                connection.execute(
+                    samples_table.insert(),
+                    [{"run_id": run_id} | {c: s.get(c) for c in SAMPLE_COLUMNS} for s in samples],
+                )
+
+    def add_sentinel(self, experiment_id: int, sample: Sample) -> None:
+        with self._write() as connection:
+            key = (sentinels_table.c.experiment_id == experiment_id) & (sentinels_table.c.seq == sample.seq)
+            connection.execute(sentinels_table.delete().where(key))
+            connection.execute(
+                sentinels_table.insert().values(
+                    experiment_id=experiment_id,
+                    seq=sample.seq,
+                    taken=sample.taken,
+                    after_trial=sample.after_trial,
+                    cost_s=sample.cost_s,
+                    parts_json=json.dumps(sample.parts),
+                )
+            )
+
+    def set_experiment_fact(self, experiment_id: int, key: str, value: Any) -> None:
+        """What an experiment learned about itself as it ran (e.g. the repetitions it needed)."""
+        with self._write() as connection:
+            match = (facts_table.c.experiment_id == experiment_id) & (facts_table.c.key == key)
+            connection.execute(facts_table.delete().where(match))
+            connection.execute(
+                facts_table.insert().values(
+                    experiment_id=experiment_id, key=key, value_json=json.dumps(value)
+                )
+            )
+
+    def finish_experiment(self, experiment_id: int, status: str, reason: str | None = None) -> None:
+        """Its end; a reason (host lost) given once stays with an interrupted experiment."""
+        values: dict[str, Any] = {"status": status, "finished": now()}
+        if reason is not None:
+            values["status_reason"] = reason
+        self._update(experiment_id, **values)
+
+    def reopen_experiment(self, experiment_id: int) -> None:
+        """An interrupted experiment runs again (for --resume), under this process."""
+        self._update(
+            experiment_id,
+            status="running",
+            finished=None,
+            status_reason=None,
+            pid=os.getpid(),
+            owner=this_machine(),
+        )
+
+    def mark_running_interrupted(self) -> list[int]:
+        """Experiments whose process on this machine is gone (killed) become 'interrupted'.
+        A shared database holds other machines' running experiments: those are left alone."""
+        table = experiments_table
+        rows = self._read(select(table.c.id, table.c.pid, table.c.owner).where(table.c.status == "running"))
+        mine = [r for r in rows if r["owner"] in (None, this_machine())]
+        ids = [r["id"] for r in mine if r["pid"] is None or not Path(f"/proc/{r['pid']}").exists()]
+        for ident in ids:
+            self.finish_experiment(ident, "interrupted")
+        return ids
+
+    def create_fleet(
+        self, ident: str, *, name: str, plan_source: str, reference: str, hosts: list[str]
+    ) -> None:
+        with self._write() as connection:
+            connection.execute(
+                fleets_table.insert().values(
+                    id=ident,
+                    name=name,
+                    plan_source=plan_source,
+                    started=now(),
+                    reference=reference,
+                    hosts_json=json.dumps(hosts),
+                )
+            )
+
+    # -- reading
+    def latest_experiment_id(self) -> int | None:
+        with self.engine.connect() as connection:
+            return connection.execute(select(func.max(experiments_table.c.id))).scalar()
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        rows = self._read(select(experiments_table).where(experiments_table.c.id == experiment_id))
+        if not rows:
+            raise UserError(f"{self.location}: no experiment {experiment_id}")
+        record = rows[0]
+        for key in ("plan_json", "host_json", "stacks_json", "warnings_json"):
+            record[key.removesuffix("_json")] = json.loads(record.pop(key))
+        facts = self._read(
+            select(facts_table.c.key, facts_table.c.value_json).where(
+                facts_table.c.experiment_id == experiment_id
+            )
+        )
+        record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
+        return record
+
+    def runs(self, experiment_id: int) -> list[dict[str, Any]]:
+        rows = self._read(
+            select(table := current_runs())
+            .where(table.c.experiment_id == experiment_id)
+            .order_by(table.c.trial)
+        )
+        for record in rows:
+            record["devices"] = json.loads(record.pop("devices_json"))
+            record["facts"] = json.loads(record.pop("facts_json"))
+            record["warmup"] = bool(record["warmup"])
+        return rows
+
+    def run_count(self, experiment_id: int) -> int:
+        with self.engine.connect() as connection:
+            statement = select(func.count()).where(current_runs().c.experiment_id == experiment_id)
+            return int(connection.execute(statement).scalar_one())
+
+    def sentinels(self, experiment_id: int) -> list[Sample]:
+        """The experiment's drift probes, in the order they ran."""
+        rows = self._read(
+            select(sentinels_table)
+            .where(sentinels_table.c.experiment_id == experiment_id)
+            .order_by(sentinels_table.c.seq)
+        )
+        return [
+            Sample(r["seq"], r["taken"], r["after_trial"], json.loads(r["parts_json"]), r["cost_s"])
+            for r in rows
+        ]
+
+    def samples(self, experiment_id: int) -> dict[int, list[dict[str, Any]]]:
+        """run id -> its time series, in time order."""
+        series: dict[int, list[dict[str, Any]]] = {}
+        statement = (
+            select(samples_table)
+            .join(runs := current_runs(), runs.c.id == samples_table.c.run_id)
+            .where(runs.c.experiment_id == experiment_id)
+            .order_by(samples_table.c.run_id, samples_table.c.t_s)
+        )
+        for record in self._read(statement):
+            series.setdefault(record.pop("run_id"), []).append(record)
+        return series
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every experiment with its host and what it ran, oldest first."""
+        e = experiments_table
+        count = (
+            select(func.count())
+            .where(current_runs().c.experiment_id == e.c.id)
+            .scalar_subquery()
+            .label("runs")
+        )
+        statement = select(
+            e.c.id,
+            e.c.name,
+            e.c.status,
+            e.c.status_reason,
+            e.c.started,
+            e.c.finished,
+            e.c.baseline,
+            e.c.host_json,
+            e.c.plan_json,
+            e.c.fleet,
+            e.c.host_name,
+            count,
+        ).order_by(e.c.id)
+        result = []
+        for record in self._read(statement):
+            host, plan = json.loads(record.pop("host_json")), json.loads(record.pop("plan_json"))
+            record["host"] = record["host_name"] or host.get("hostname")
+            record["kernel"] = host.get("kernel")
+            record["stacks"] = list(plan.get("stacks", {}))
+            record["workloads"] = list(plan.get("workloads", {}))
+            result.append(record)
+        return result
+
+    def experiments(self) -> list[dict[str, Any]]:
+        e = experiments_table
+        return self._read(
+            select(e.c.id, e.c.name, e.c.status, e.c.started, e.c.finished, e.c.baseline).order_by(e.c.id)
+        )
+
+    def fleet(self, ident: str) -> dict[str, Any]:
+        """A fleet with its experiments (one per host), in the order of its hosts."""
+        rows = self._read(select(fleets_table).where(fleets_table.c.id == ident))
+        if not rows:
+            raise UserError(f"{self.location}: no fleet {ident!r}")
+        record = rows[0]
+        record["hosts"] = json.loads(record.pop("hosts_json"))
+        e = experiments_table
+        members = self._read(
+            select(e.c.id, e.c.host_name, e.c.status, e.c.status_reason)
+            .where(e.c.fleet == ident)
+            .order_by(e.c.id)
+        )
+        record["experiments"] = {m["host_name"]: m for m in members}
+        return record
+
+    def fleet_of(self, experiment_id: int) -> str | None:
+        with self.engine.connect() as connection:
+            statement = select(experiments_table.c.fleet).where(experiments_table.c.id == experiment_id)
+            return connection.execute(statement).scalar()

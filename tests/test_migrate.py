@@ -1,0 +1,123 @@
+"""The store's schema under Alembic: files of the landed main migrate in place and report the
+same figures; the migrations and schema.py agree on both back ends; PostgreSQL takes several
+writers at once; a bad --db gets one line."""
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, cli
+from sqlalchemy import inspect, text
+
+from layerbench.errors import UserError
+from layerbench.reports import base as reports
+from layerbench.store import Store, migrate, schema
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LANDED = FIXTURES / "landed-main-2026-12-01.db"  # written by main at c0d2bbc, before migrations
+
+
+def test_a_file_of_the_landed_main_migrates_in_place_and_reports_the_same_figures(tmp_path: Path) -> None:
+    copy = tmp_path / "landed.db"
+    shutil.copy(LANDED, copy)
+    before = sqlite3.connect(copy).execute("SELECT name FROM sqlite_master WHERE name = 'alembic_version'")
+    assert before.fetchall() == []
+    store = Store(copy)
+    document = json.loads(reports.render(reports.gather(store, 1), "json"))
+    expected = json.loads((FIXTURES / "landed-main-2026-12-01.summary.json").read_text())
+    assert document["summary"] == expected["summary"]
+    assert len(store.runs(1)) == 10 and len(store.sentinels(1)) == 11
+    assert store.experiment(1)["facts"] == {"probe": {"x": 1}}
+    store.close()
+    connection = sqlite3.connect(copy)
+    assert connection.execute("SELECT version_num FROM alembic_version").fetchone()[0] == migrate.head()
+    assert connection.execute("SELECT value FROM meta").fetchone()[0] == str(schema.SCHEMA_VERSION)
+    Store(copy).close()  # a second open finds it at head and changes nothing
+
+
+def test_the_migrations_make_the_tables_the_store_reads_and_writes(store_location: str) -> None:
+    store = Store(store_location)
+    found = inspect(store.engine)
+    tables = [
+        schema.meta,
+        schema.fleets,
+        schema.experiments,
+        schema.runs(),
+        schema.experiment_facts,
+        schema.samples,
+        schema.sentinels,
+    ]
+    for table in tables:
+        columns = {c["name"] for c in found.get_columns(table.name)}
+        assert columns == {c.name for c in table.columns}, table.name
+    store.close()
+
+
+def test_a_store_of_an_unknown_revision_is_refused_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    store = Store(path)
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    store.close()
+    with pytest.raises(UserError, match=r"written by a newer layerbench \(revision 0099"):
+        Store(path)
+
+
+WRITER = """
+import sys
+from layerbench.store import Store, run_columns
+store = Store(sys.argv[1])
+ident = store.create_experiment(name=sys.argv[2], plan_source="p", plan_text="", plan={}, seed=1,
+    baseline="a", host={}, version="0", warnings=[], fleet="f", host_name=sys.argv[2])
+for trial in range(40):
+    run = dict.fromkeys(run_columns(), 1) | {"trial": trial, "stack": "a", "workload": "w", "status": "ok",
+        "error": None, "unit": "bytes", "started": "now", "warmup": 0}
+    store.add_run_row(ident, run, {}, {}, [{"t_s": 0.0, "dt_s": 0.1}])
+print(ident)
+"""
+
+
+def test_postgresql_takes_the_runs_of_several_writers_at_once(postgres_cluster) -> None:
+    url = postgres_cluster.create_database("concurrent")
+    Store(url).close()  # migrated once; the writers then only write
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, f"host{n}"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        )
+        for n in range(4)
+    ]
+    ids = [int(w.communicate(timeout=120)[0]) for w in writers]
+    assert all(w.returncode == 0 for w in writers)
+    store = Store(url)
+    assert sorted(store.run_count(i) for i in ids) == [40] * 4
+    assert sorted(r["trial"] for r in store.runs(ids[0])) == list(range(40))
+    assert {e["host"] for e in store.history()} == {f"host{n}" for n in range(4)}
+
+
+def test_bad_database_urls_get_one_line_and_exit_2_without_the_password(postgres_cluster) -> None:
+    socket = postgres_cluster.socket
+    cases = {
+        "postgresql://u:s3cret@host:port/db": "not a database URL",
+        "mysql://u:s3cret@localhost/db": "a mysql database is not supported",
+        f"postgresql://nobody:s3cret@/nodb?host={socket}": "nobody",
+    }
+    for url, expected in cases.items():
+        done = cli("report", "--db", url)
+        assert done.returncode == 2, (url, done.stderr)
+        assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+        assert "s3cret" not in done.stderr
+
+
+def test_a_role_without_the_right_to_create_the_schema_gets_one_line(postgres_cluster) -> None:
+    postgres_cluster.admin("CREATE ROLE reader LOGIN")
+    postgres_cluster.create_database("locked")
+    done = cli("history", "--db", postgres_cluster.url("locked", user="reader"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "permission denied for schema public" in done.stderr
