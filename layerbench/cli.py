@@ -4,12 +4,15 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -85,6 +88,29 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--force", action="store_true", help="with --allow-device: format it even if it holds a file system"
     )
+    run.add_argument(
+        "--fleet",
+        metavar="HEAD",
+        help="run on the hosts of the Ray cluster at HEAD (HOST:PORT), one experiment each",
+    )
+    run.add_argument("--hosts", help="with --fleet: the hosts, by name, comma-separated (default: all)")
+
+    hosting = commands.add_parser("host", help="the hosts of a fleet: start its head, join it, list them")
+    host_commands = hosting.add_subparsers(dest="host_command", required=True, metavar="HOST_COMMAND")
+    starting = host_commands.add_parser(
+        "head", help="start a fleet's head on this machine (Ray, no dashboard)"
+    )
+    starting.add_argument("--bind", required=True, help="the address of the private interface to listen on")
+    starting.add_argument("--port", type=int, default=6379)
+    joining = host_commands.add_parser("join", help="make this machine a host of the fleet at HEAD (as root)")
+    joining.add_argument("head", help="the head's HOST:PORT, given explicitly")
+    joining.add_argument(
+        "--name", default=platform.node(), help="the host's name in the fleet (default: hostname)"
+    )
+    joining.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="its scratch root")
+    joining.add_argument("--bind", help="the address of this machine's private interface")
+    listing = host_commands.add_parser("list", help="the joined hosts, what they are, whether busy")
+    listing.add_argument("head", help="the head's HOST:PORT")
 
     check = commands.add_parser("check", help="validate a plan and show its trials, without running")
     check.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
@@ -107,8 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     comparing = commands.add_parser(
         "compare", help="experiment B against experiment A, per stack and workload"
     )
-    comparing.add_argument("a", type=int, help="experiment id A (the reference)")
-    comparing.add_argument("b", type=int, help="experiment id B")
+    comparing.add_argument("a", type=int, nargs="?", help="experiment id A (the reference)")
+    comparing.add_argument("b", type=int, nargs="?", help="experiment id B")
+    comparing.add_argument(
+        "--fleet", metavar="FLEET", help="instead: every host of this fleet against its reference host"
+    )
     comparing.add_argument("--db", type=str, default=DEFAULT_DB, help="results of A (and of B): " + DB_HELP)
     comparing.add_argument("--db-b", type=str, help="results of B, when they are elsewhere")
     comparing.add_argument("--format", default="text", choices=sorted(comparison_formats.FORMATS))
@@ -183,6 +212,10 @@ def _interruptible(scratch: Scratch) -> Iterator[None]:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.reps is not None and args.reps < 1:
         raise UserError("--reps: must be at least 1")
+    if args.fleet is not None:
+        return cmd_run_fleet(args)
+    if args.hosts is not None:
+        raise UserError("--hosts: only with --fleet HEAD")
     if args.resume is not None and (args.plan or args.reps or args.quick):
         raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
     plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
@@ -284,6 +317,120 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
         experiment.run(update)
 
 
+def cmd_run_fleet(args: argparse.Namespace) -> int:
+    """The plan on every chosen host of the fleet at once, each its own experiment."""
+    from layerbench.fleet import coordinator, hosts
+
+    if args.resume is not None and (args.plan or args.reps or args.quick or args.hosts):
+        raise UserError("--resume takes the plan and the host stored with the experiment; give neither")
+    plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
+    store = Store(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
+    hosts.connect(args.fleet)
+    chosen = [] if args.resume is not None else hosts.select(args.hosts)
+    display = FleetDisplay(quiet=args.quiet)
+    try:
+        with display:
+            if args.resume is not None:
+                outcomes = [coordinator.resume_host(store, args.resume, display.update)]
+            else:
+                assert plan is not None
+                display.expect(plan, chosen)
+                outcomes = coordinator.run_fleet(plan, store, chosen, progress=display.update).hosts
+    except KeyboardInterrupt:
+        # The hosts' agents tear their trials down when this driver goes; the runs stored stay.
+        store.interrupt_mine()
+        console.print("[yellow]interrupted[/yellow]: each host keeps its finished runs and tears down")
+        sys.stderr.flush()
+        os._exit(130)
+    for outcome in outcomes:
+        detail = f": {outcome.detail}" if outcome.detail else ""
+        console.print(f"host {outcome.host}: experiment {outcome.experiment_id} {outcome.status}{detail}")
+    fleet = store.fleet_of(outcomes[0].experiment_id)
+    console.print(f"fleet {fleet} stored in {args.db}")
+    return 0 if all(o.status == "done" for o in outcomes) else 1
+
+
+class FleetDisplay:
+    """One progress row per host."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.progress = (
+            None
+            if quiet
+            else Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+        )
+        self.rows: dict[str, Any] = {}
+
+    def __enter__(self) -> "FleetDisplay":
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def expect(self, plan: Any, chosen: list[Any]) -> None:
+        if self.progress is not None:
+            for host in chosen:
+                self.rows[host.name] = self.progress.add_task(escape(host.name), total=None)
+
+    def update(self, host: str, trial: Trial, total: int, result: TrialResult | None) -> None:
+        if self.progress is None:
+            return
+        if host not in self.rows:
+            self.rows[host] = self.progress.add_task(escape(host), total=total)
+        what = escape(f"{host}: {trial.stack} × {trial.workload} rep {trial.rep + 1}")
+        self.progress.update(
+            self.rows[host], total=total, description=what, advance=0 if result is None else 1
+        )
+
+
+def cmd_host(args: argparse.Namespace) -> int:
+    from layerbench.fleet import hosts
+
+    if args.host_command == "head":
+        command = hosts.head(args.bind, args.port)
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise UserError(f"ray start --head: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+        console.print(
+            f"fleet head listening on {args.bind}:{args.port} (dashboard off); on each host, as root:"
+        )
+        print(f"layerbench host join {args.bind}:{args.port} --name NAME")
+        return 0
+    if args.host_command == "join":
+        hosts.join(args.head, args.name, args.scratch, args.bind)
+        console.print(f"joined the fleet at {args.head} as host {args.name} (scratch root {args.scratch})")
+        return 0
+    hosts.connect(args.head)
+    table = Table(title=f"hosts of the fleet at {args.head}", title_justify="left")
+    for column in ("host", "address", "state", "cpus", "cpu", "kernel", "disk", "scratch root", "free"):
+        table.add_column(column, overflow="fold")
+    for host, facts in hosts.describe_all():
+        state = "busy" if hosts.busy(host) else "idle"
+        free = f"{facts.get('scratch_free_bytes', 0) / 2**30:.1f} GiB" if facts else "?"
+        table.add_row(
+            host.name,
+            host.address,
+            state,
+            str(facts.get("cpus", "?")),
+            facts.get("cpu", "?"),
+            facts.get("kernel", "?"),
+            facts.get("disk", "?"),
+            host.scratch,
+            free,
+        )
+    out.print(table)
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
     if refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch):
@@ -345,9 +492,31 @@ def _existing_db(location: Location) -> Location:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        if args.a is not None or args.b is not None or args.db_b is not None:
+            raise UserError("compare --fleet FLEET: give no experiment ids (and no --db-b)")
+        return _compare_fleet(args)
+    if args.a is None or args.b is None:
+        raise UserError("compare: give experiments A and B, or --fleet FLEET")
     side_a = load_side(_existing_db(args.db), args.a)
     side_b = load_side(_existing_db(args.db_b or args.db), args.b)
     return _emit(comparison_formats.FORMATS[args.format](compare(side_a, side_b)), args.output)
+
+
+def _compare_fleet(args: argparse.Namespace) -> int:
+    from layerbench.compare import compare_fleet
+
+    record, comparisons = compare_fleet(_existing_db(args.db), args.fleet)
+    render = comparison_formats.FORMATS[args.format]
+    if args.format == "json":
+        documents = [json.loads(render(c)) for c in comparisons]
+        document = {"fleet": record["id"], "reference": record["reference"], "comparisons": documents}
+        return _emit(json.dumps(document, indent=2) + "\n", args.output)
+    parts = [f"fleet {record['id']}: every host against {record['reference']}\n"]
+    for comparison in comparisons:
+        parts.append(f"\n== host {comparison.b.experiment['host_name']} against {record['reference']} ==\n")
+        parts.append(render(comparison))
+    return _emit("".join(parts), args.output)
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -439,6 +608,7 @@ COMMANDS = {
     "history": cmd_history,
     "doctor": cmd_doctor,
     "selftest": cmd_selftest,
+    "host": cmd_host,
 }
 
 

@@ -140,8 +140,8 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
-            keys = ("id", "name", "status", "started", "finished", "baseline")
-            return {k: s.experiment[k] for k in keys} | {"db": str(s.db), "host": s.experiment["host"]}
+            keys = ("id", "name", "status", "started", "finished", "baseline", "fleet", "host_name")
+            return {k: s.experiment.get(k) for k in keys} | {"db": str(s.db), "host": s.experiment["host"]}
 
         agree, compared = self.agreeing()
         return {
@@ -275,3 +275,24 @@ def trends(db: "Path | Location", records: list[dict[str, Any]]) -> list[dict[st
             previous[record["name"]] = record["id"]
         found.append(record | {"against_previous": trend})
     return found
+
+
+def compare_fleet(db: "Path | Location", fleet: str) -> tuple[dict[str, Any], list[Comparison]]:
+    """Every host of a fleet against its reference host (the first one named), same plan and
+    seed on each: what differs is the machine, and the host differences say how."""
+    store = Store(db)
+    try:
+        record = store.fleet(fleet)
+    finally:
+        store.close()
+    members = record["experiments"]
+    reference = members.get(record["reference"])
+    if reference is None:
+        raise UserError(f"fleet {fleet}: its reference host {record['reference']} stored no experiment")
+    side_a = load_side(db, reference["id"])
+    comparisons = [
+        compare(side_a, load_side(db, members[host]["id"]))
+        for host in record["hosts"]
+        if host != record["reference"] and host in members
+    ]
+    return record, comparisons

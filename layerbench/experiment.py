@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from layerbench import __version__, adaptive, footprint, sentinel, stats
 from layerbench.errors import UserError
-from layerbench.executors.base import Executor, Setting, TrialResult
+from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
 from layerbench.schedule import Trial, schedule
 from layerbench.store import Store, now
@@ -32,8 +32,19 @@ ProgressCallback = Callable[[Trial, int, TrialResult | None], None]
 class Experiment:
     """One execution of a plan, stored under an id, its trials run by an executor."""
 
-    def __init__(self, plan: Plan, store: Store, executor: Executor, *, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        store: Store,
+        executor: Executor,
+        *,
+        seed: int | None = None,
+        fleet: str | None = None,
+        host_name: str | None = None,
+    ) -> None:
         self.plan = plan
+        self.fleet = fleet  # the fleet it is one host's part of, and that host
+        self.host_name = host_name
         self.store = store
         self.executor = executor
         if seed is None:
@@ -62,7 +73,9 @@ class Experiment:
             quick=options.get("quick", False),
             reps=options.get("reps"),
         )
-        experiment = cls(plan, store, executor, seed=record["seed"])
+        experiment = cls(
+            plan, store, executor, seed=record["seed"], fleet=record["fleet"], host_name=record["host_name"]
+        )
         experiment.id = experiment_id
         experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
         experiment._stacks_seen = set(record["stacks"])
@@ -89,12 +102,14 @@ class Experiment:
             host=self.executor.host(),
             version=__version__,
             warnings=warnings,
+            fleet=self.fleet,
+            host_name=self.host_name,
         )
 
     def run(self, progress: ProgressCallback | None = None) -> int:
         assert self.id is not None, "prepare() first"
         setting = Setting(self.plan, self.workloads, self.id)
-        status = "failed"
+        status, reason = "failed", None
         todo = self.missing_trials
         try:
             self._sentinel(None, force=True)
@@ -121,8 +136,11 @@ class Experiment:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
+        except HostLost as lost:
+            status, reason = "interrupted", lost.reason
+            raise
         finally:
-            self.store.finish_experiment(self.id, status)
+            self.store.finish_experiment(self.id, status, reason)
         return self.id
 
     def run_trial(self, trial: Trial, setting: Setting) -> TrialResult:

@@ -17,8 +17,9 @@ def test_samples_cover_the_run_every_100ms(tmp_path: Path) -> None:
     assert all(0 <= s["cpu_busy_pct"] <= 100 and 0 <= s["cpu_iowait_pct"] <= 100 for s in samples)
     cost = counters.sampler
     assert cost["count"] == len(samples) and cost["interval_s"] == sampling.INTERVAL_S
-    # Two small /proc reads every 100 ms: well under 2 % of one CPU.
-    assert cost["cpu_pct"] < 2.0, cost
+    # Two small /proc reads every 100 ms (0.05 ms) and the wake-up (about 1 ms of CPU on this
+    # kind of VM): 1.1-1.9 % of one CPU in a 0.55 s run here, 3.8 % once under a loaded suite.
+    assert cost["cpu_pct"] < 5.0, cost
 
 
 def test_samples_see_the_bytes_a_synced_write_puts_on_the_disk(needs_root: None, tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ typed TrialResult; the experiment stores it and decides what runs next.
 - FakeExecutor (fake.py): scripted counters, no root, no mounts: tests of the schedule, the
   store, the statistics and every report format in well under a second.
 
-A new place to run trials (a fleet host) is a new executor: implement the hooks below."""
+- HostExecutor (fleet.py): on one host of a Ray cluster, through that host's agent.
+
+A new place to run trials is a new executor: implement the hooks below."""
 
 import os
 import socket
@@ -102,6 +104,13 @@ class Setting:
     plan: Plan
     workloads: dict[str, Workload]
     experiment_id: int
+
+
+class HostLost(Exception):
+    """The machine the trials run on is gone (dead or cut off). Its experiment stops,
+    interrupted with this reason; its trials are never run on another machine."""
+
+    reason = "host lost"
 
 
 class Executor(ABC):

@@ -41,6 +41,18 @@ class ReportData:
     samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
     sentinels: list[sentinel.Sample] = field(default_factory=list)  # the drift probes, in order
     marginals: list[marginal.Marginal] = field(default_factory=list)  # what each layer adds
+    # An experiment of a fleet: each host's elapsed-time ratio per (stack, workload), by host.
+    fleet_ratios: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)
+
+    def fleet_table(self) -> tuple[list[str], list[list[str]]]:
+        """stack, workload, then each host's ratio against its own baseline, side by side."""
+        hosts = list(self.fleet_ratios)
+        rows = [
+            [stack, workload, *(self.fleet_ratios[h].get((stack, workload), "-") for h in hosts)]
+            for workload in self.workloads
+            for stack in self.stacks
+        ]
+        return ["stack", "workload", *hosts], rows
 
     @property
     def sweeps(self) -> dict[str, list[str]]:
@@ -178,6 +190,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         store.sentinels(experiment_id),
         marginal.marginals(runs, plan.get("increments", {}), workloads, design),
     )
+    if experiment.get("fleet"):
+        data.fleet_ratios = _fleet_ratios(store, experiment["fleet"])
     if moved := host_state.drift_warning(data.sentinels):
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
@@ -188,6 +202,27 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
     ]
     return data
+
+
+def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], str]]:
+    """Every host's wall-time ratios in one fleet, in the order of its hosts."""
+    record = store.fleet(fleet)
+    ratios = {}
+    for host in record["hosts"]:
+        member = record["experiments"].get(host)
+        if member is None:
+            continue
+        experiment = store.experiment(member["id"])
+        plan = experiment["plan"]
+        rows = stats.summaries(
+            store.runs(member["id"]),
+            experiment["baseline"],
+            list(plan["stacks"]),
+            list(plan["workloads"]),
+            design=stats.Design.of_plan(plan),
+        )
+        ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows if r.metric == "wall_s"}
+    return ratios
 
 
 def _workload_kind(data: ReportData, workload: str) -> type[Workload]:

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = ("id", "name", "host", "kernel", "started", "status", "runs", "stacks", "workloads")
+COLUMNS = ("id", "name", "fleet", "host", "kernel", "started", "status", "runs", "stacks", "workloads")
 TREND = "against previous"  # the same plan's previous finished experiment, as compare reads it
 
 
@@ -26,10 +26,16 @@ def _trend(record: dict[str, Any]) -> str:
     return f"vs {trend['previous']}: host steady; {agree}"
 
 
+def _shown(record: dict[str, Any], column: str) -> Any:
+    if column == "status" and record.get("status_reason"):
+        return f"{record['status']} ({record['status_reason']})"  # interrupted (host lost)
+    return record.get(column)
+
+
 def _cells(record: dict[str, Any]) -> list[str]:
     return [
         ", ".join(v) if isinstance(v, list) else str(v if v is not None else "-")
-        for v in (record[c] for c in COLUMNS)
+        for v in (_shown(record, c) for c in COLUMNS)
     ] + [_trend(record)]
 
 

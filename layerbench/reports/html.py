@@ -148,6 +148,7 @@ def render(data: ReportData) -> str:
         f"seed {experiment['seed']}, baseline <code>{html.escape(data.baseline)}</code>.</p>",
         "<h2>Hardware/OS</h2>",
         bullet_list(host_lines(experiment["host"])),
+        *_fleet_section(data),
         *_cost_section(data),
         *_sweep_section(data),
         *_tables_section(data),
@@ -316,6 +317,18 @@ def _stacks_section(data: ReportData) -> list[str]:
             f"<pre>{html.escape(chr(10).join(mounts))}</pre>" if mounts else "<p class='note'>no mounts</p>"
         )
     return body
+
+
+def _fleet_section(data: ReportData) -> list[str]:
+    """A fleet's experiment: each stack's ratio on every host of the fleet, side by side."""
+    if not data.fleet_ratios:
+        return []
+    header, rows = data.fleet_table()
+    return [
+        f"<h2>The fleet {html.escape(data.experiment['fleet'])}: "
+        "elapsed time against the baseline, per host</h2>",
+        table(header, rows),
+    ]
 
 
 def _host_state_section(data: ReportData) -> list[str]:

@@ -18,6 +18,21 @@ from layerbench.reports.base import (
 _VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim", "equivalent": "cyan"}
 
 
+def _fleet_table(data: ReportData) -> list[object]:
+    """A fleet's experiment: each stack's elapsed-time ratio on every host, side by side."""
+    if not data.fleet_ratios:
+        return []
+    header, rows = data.fleet_table()
+    fleet = Table(
+        title=escape(f"fleet {data.experiment['fleet']}: elapsed time per host"), title_justify="left"
+    )
+    for column in header:
+        fleet.add_column(column)
+    for row in rows:
+        fleet.add_row(*map(escape, row))
+    return [fleet]
+
+
 def build(data: ReportData) -> list[object]:
     """The renderables, so the CLI can print them in colour."""
     experiment = data.experiment
@@ -30,6 +45,7 @@ def build(data: ReportData) -> list[object]:
         *map(escape, host_lines(experiment["host"])),
         *map(escape, data.host_state_lines()),
     ]
+    parts += _fleet_table(data)
     for workload in data.workloads:
         header, rows = stack_table(data, workload)
         table = Table(title=escape(f"workload {workload}"), title_justify="left")

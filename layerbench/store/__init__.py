@@ -105,7 +105,8 @@ def locate(where: "str | Path | Location") -> Location:
 
 def _engine(location: Location) -> Engine:
     if location.is_sqlite:
-        engine = create_engine(location.url, connect_args={"timeout": 30})
+        # A fleet's head writes from a thread per host: SQLite's lock keeps one writer at a time.
+        engine = create_engine(location.url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
         def _pragmas(connection: Any, record: Any) -> None:
@@ -309,6 +310,20 @@ class Store:
         for ident in ids:
             self.finish_experiment(ident, "interrupted")
         return ids
+
+    def interrupt_mine(self) -> list[int]:
+        """This process's running experiments (a fleet's, when its head is stopped) end interrupted."""
+        table = experiments_table
+        rows = self._read(
+            select(table.c.id).where(
+                (table.c.status == "running")
+                & (table.c.pid == os.getpid())
+                & (table.c.owner == this_machine())
+            )
+        )
+        for row in rows:
+            self.finish_experiment(row["id"], "interrupted")
+        return [row["id"] for row in rows]
 
     def create_fleet(
         self, ident: str, *, name: str, plan_source: str, reference: str, hosts: list[str]

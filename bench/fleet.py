@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The fleet's coordinator at a scale this machine cannot host: simulated hosts.
+
+    python3 bench/fleet.py [--hosts 20,50,200] [--nodes 2] [--reps 2]
+
+For each number of hosts: a local Ray cluster of --nodes nodes carrying one `lb-host:NAME`
+resource per simulated host, a 10-stack x 3-workload plan on every host (FakeExecutor
+trials: no measurement, so what is timed is the coordination), every run into a
+throwaway PostgreSQL (tests/postgres.py). It checks that every host's trials ran strictly
+one at a time, none lost and none duplicated, each on its own host, then prints as a
+Markdown table: trials, trials/s ingested, the end-to-end latency per trial (from the head
+starting it to its run committed; p50 and p99), the head's CPU time per trial and its
+peak memory (VmHWM of the head process, Ray's driver included).
+Needs root (PostgreSQL runs as the postgres user) and the postgresql package.
+"""
+
+import argparse
+import itertools
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import postgres
+
+from layerbench.fleet import coordinator, hosts
+from layerbench.plan import parse_plan
+from layerbench.store import Store
+
+STACKS, WORKLOADS = 10, 3
+
+
+def plan_text(reps: int) -> str:
+    stacks = "\n".join(f"[stacks.s{i}]\nlayers = []\n" for i in range(STACKS))
+    workloads = "\n".join(f'[workloads.w{i}]\nkind = "command"\nrun = "true"\n' for i in range(WORKLOADS))
+    return (
+        f'name = "fleet-bench"\nbaseline = "s0"\nreps = {reps}\nwarmup = 0\nsentinel = false\n'
+        f"rerun_disturbed = 0\n{stacks}\n{workloads}"
+    )
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def verify(store: Store, outcome: coordinator.FleetOutcome, expected: int) -> None:
+    """Every host: all its trials, once each, on itself, one after another."""
+    for host in outcome.hosts:
+        runs = store.runs(host.experiment_id)
+        trials = sorted(r["trial"] for r in runs)
+        assert host.status == "done", (host.host, host.status, host.detail)
+        assert trials == list(range(expected)), (host.host, len(trials))
+        assert {r["facts"]["fleet_host"] for r in runs} == {host.host}
+        spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), host.host
+
+
+def one_size(count: int, nodes: int, reps: int, server: postgres.Cluster) -> dict[str, float]:
+    names = [f"h{i:03d}" for i in range(count)]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for node in range(nodes):
+            mine = {f"lb-host:{n}": 1 for n in names[node::nodes]}
+            cluster.add_node(num_cpus=4, resources=mine)
+        cluster.wait_for_nodes()
+        ray.init(
+            address=cluster.address, namespace=hosts.NAMESPACE, logging_level="ERROR", log_to_driver=False
+        )
+        for name in names:
+            hosts.register(name, f"/nonexistent/{name}", simulated=True)
+        store = Store(server.create_database(f"bench{count}"))
+        plan = parse_plan(plan_text(reps), "bench/fleet.py")
+        started: dict[tuple[str, int], float] = {}
+        latencies: list[float] = []
+
+        def progress(host: str, trial, total, result) -> None:
+            if result is None:
+                started[(host, trial.index)] = time.perf_counter()
+            else:
+                latencies.append(time.perf_counter() - started[(host, trial.index)])
+
+        cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+        begin = time.perf_counter()
+        outcome = coordinator.run_fleet(plan, store, hosts.select("all"), progress=progress, seed=1)
+        wall = time.perf_counter() - begin
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+        trials = STACKS * WORKLOADS * reps
+        verify(store, outcome, trials)
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+        total = trials * count
+        latencies.sort()
+        return {
+            "hosts": count,
+            "trials": total,
+            "wall_s": wall,
+            "per_s": total / wall,
+            "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "cpu_ms": 1000 * cpu / total,
+            "rss_mib": peak_rss_mib(),
+        }
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="20,50,200", help="numbers of simulated hosts, comma-separated")
+    parser.add_argument("--nodes", type=int, default=2, help="local Ray nodes carrying them")
+    parser.add_argument("--reps", type=int, default=2, help="measured repetitions of the plan")
+    args = parser.parse_args()
+    if reason := postgres.missing():
+        print(f"bench/fleet.py: {reason}", file=sys.stderr)
+        return 2
+    rows = []
+    with postgres.cluster() as server:
+        for count in (int(c) for c in args.hosts.split(",")):
+            rows.append(one_size(count, args.nodes, args.reps, server))
+            print(
+                f"# {count} hosts: verified (every trial once, on its host, one at a time)", file=sys.stderr
+            )
+    print(
+        f"{STACKS} stacks x {WORKLOADS} workloads x {args.reps} reps per host, {args.nodes} local Ray nodes, "
+        "PostgreSQL store; every host's trials verified strictly sequential, none lost or duplicated\n"
+    )
+    print(
+        "| hosts | trials | wall s | trials/s ingested | latency p50 ms | latency p99 ms | head CPU ms/trial"
+        " | head peak MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['hosts']} | {r['trials']} | {r['wall_s']:.1f} | {r['per_s']:.0f} | {r['p50_ms']:.0f} |"
+            f" {r['p99_ms']:.0f} | {r['cpu_ms']:.1f} | {r['rss_mib']:.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

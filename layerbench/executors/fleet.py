@@ -1,0 +1,78 @@
+"""HostExecutor: the trials of one host of a fleet, sent to it through Ray.
+
+The experiment runs on the head and decides what runs next, as it does here; each trial goes
+to the host as one Ray task (fleet/remote.py) and comes back as the TrialResult its agent
+measured there. A host that dies or is cut off raises HostLost: its experiment stops, and its
+trial is never given to another host."""
+
+from typing import Any
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from layerbench.errors import UserError
+from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
+from layerbench.fleet.hosts import Host
+from layerbench.fleet.remote import RESOURCE_PREFIX, on_host
+from layerbench.fleet.requests import Answer, Operation, PlanSource, Request
+from layerbench.plan import Plan
+from layerbench.schedule import Trial
+from layerbench.workloads.base import Workload
+
+
+class HostExecutor(Executor):
+    def __init__(self, host: Host, plan: Plan) -> None:
+        self.host_ = host
+        self.plan_source = PlanSource.of(plan)
+        self._checked = False
+
+    def _ask(self, operation: Operation, **fields: Any) -> Answer:
+        request = Request(
+            operation,
+            self.host_.name,
+            self.host_.scratch,
+            plan=self.plan_source,
+            simulated=self.host_.simulated,
+            **fields,
+        )
+        options: dict[str, Any] = {
+            "resources": {RESOURCE_PREFIX + self.host_.name: 1},
+            # Real hosts run one agent at a time; simulated ones share a few CPUs of the test
+            # machine's nodes, which bounds how many Ray workers they start.
+            "num_cpus": 1 if self.host_.simulated else 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(self.host_.node_id, soft=False),
+        }
+        try:
+            answer: Answer = ray.get(on_host.options(**options).remote(request))
+        except RayTaskError as exc:  # a bug on the host: its first line, for the report
+            raise HostLost(f"host {self.host_.name}: {str(exc).splitlines()[0]}") from exc
+        except RayError as exc:  # its node or worker died, or it cannot be scheduled any more
+            raise HostLost(f"host {self.host_.name} lost: {type(exc).__name__}") from exc
+        if answer.ran_on and answer.ran_on != self.host_.name:
+            raise HostLost(f"host {self.host_.name}: the trial ran on {answer.ran_on}")
+        return answer
+
+    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
+        if self._checked:
+            return
+        answer = self._ask("check")
+        if not answer.ok:
+            raise UserError(f"host {self.host_.name}: {answer.error}")
+        self._checked = True
+
+    def host(self) -> dict[str, Any]:
+        answer = self._ask("describe")
+        return (answer.value if answer.ok else {}) | {"fleet_host": self.host_.name}
+
+    def sentinel(self) -> tuple[dict[str, float], float] | None:
+        answer = self._ask("sentinel")
+        return answer.value if answer.ok else None
+
+    def run(self, trial: Trial, setting: Setting) -> TrialResult:
+        answer = self._ask("run", trial=trial, experiment_id=setting.experiment_id)
+        if not answer.ok:
+            raise HostLost(f"host {self.host_.name}: {answer.error}")
+        result: TrialResult = answer.value
+        result.facts["fleet_host"] = answer.ran_on
+        return result

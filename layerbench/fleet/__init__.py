@@ -1,0 +1,15 @@
+"""A fleet: one plan on many hosts of a Ray cluster, every result in one store.
+
+hosts.py       the hosts: `host head`, `host join`, `host list`; who is joined, alive, busy
+requests.py    what the head asks a host (check, describe, probe, run a trial) and its answer
+remote.py      the Ray task that carries a request to its host, and nowhere else
+agent.py       on the host: a child process per request, in the host's scratch root, that
+               tears everything down when its parent (the Ray worker) or the head goes away
+simulated.py   a host that only pretends (FakeExecutor): the fleet's logic at a scale this
+               machine cannot host (bench/fleet.py)
+coordinator.py on the head: one experiment per host, each in its own thread, runs stored as
+               they end; a lost host's experiment is interrupted, never moved
+
+The trial itself runs through HostExecutor (executors/fleet.py): the experiment on the head
+decides what runs next, exactly as it does for a local run.
+"""

@@ -1,0 +1,136 @@
+"""On the head: one experiment per host of a fleet, each in a thread of its own, every run
+stored as it ends.
+
+Nothing is stored before every host has passed its checks (bad input: one line, nothing
+started). A host lost mid-way ends its own experiment, `interrupted (host lost)`, with its
+finished runs kept; the other hosts go on. `run --resume` on a lost host, once it is back,
+runs only its missing trials, on that host."""
+
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from layerbench.errors import UserError
+from layerbench.executors.base import HostLost, TrialResult
+from layerbench.executors.fleet import HostExecutor
+from layerbench.experiment import Experiment, Trial
+from layerbench.fleet import hosts
+from layerbench.plan import Plan
+from layerbench.store import Store
+
+# host name, trial, trials to do, the result (None: the trial starts)
+FleetProgress = Callable[[str, Trial, int, TrialResult | None], None]
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    experiment_id: int
+    status: str = "running"
+    detail: str = ""
+
+
+@dataclass
+class FleetOutcome:
+    fleet: str
+    hosts: list[HostOutcome] = field(default_factory=list)
+
+
+def _check_all(executors: dict[str, HostExecutor], plan: Plan, experiments: dict[str, Experiment]) -> None:
+    """Every host's checks at once; the first refusal, one line, before anything is stored."""
+    with ThreadPoolExecutor(max_workers=min(32, len(executors))) as pool:
+        futures = {
+            name: pool.submit(executor.check, plan, experiments[name].workloads)
+            for name, executor in executors.items()
+        }
+        for future in futures.values():
+            try:
+                future.result()
+            except HostLost as lost:
+                raise UserError(f"{lost} (during its checks; nothing was started)") from None
+
+
+def run_fleet(
+    plan: Plan,
+    store: Store,
+    chosen: list[hosts.Host],
+    *,
+    progress: FleetProgress | None = None,
+    seed: int | None = None,
+) -> FleetOutcome:
+    if seed is None:
+        seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
+    fleet = uuid.uuid4().hex[:12]
+    executors = {h.name: HostExecutor(h, plan) for h in chosen}
+    experiments = {
+        name: Experiment(plan, store, executor, seed=seed, fleet=fleet, host_name=name)
+        for name, executor in executors.items()
+    }
+    _check_all(executors, plan, experiments)
+    store.create_fleet(
+        fleet,
+        name=plan.name,
+        plan_source=plan.source,
+        reference=chosen[0].name,
+        hosts=[h.name for h in chosen],
+    )
+    outcome = FleetOutcome(fleet)
+    for name, experiment in experiments.items():
+        experiment.prepare([])
+        assert experiment.id is not None
+        outcome.hosts.append(HostOutcome(name, experiment.id))
+    run_hosts(experiments, outcome.hosts, progress)
+    return outcome
+
+
+def run_hosts(
+    experiments: dict[str, Experiment], outcomes: list[HostOutcome], progress: FleetProgress | None
+) -> None:
+    """Each host's experiment to its end, all at once; a lost host stops only its own."""
+
+    def one(outcome: HostOutcome) -> None:
+        experiment = experiments[outcome.host]
+
+        def report(trial: Trial, total: int, result: TrialResult | None) -> None:
+            if progress:
+                progress(outcome.host, trial, total, result)
+
+        try:
+            experiment.run(report)
+            outcome.status = "done"
+        except HostLost as lost:
+            outcome.status, outcome.detail = "interrupted (host lost)", str(lost)
+        except Exception as exc:  # one host's bug must not stop the others; its experiment says failed
+            outcome.status, outcome.detail = "failed", f"{type(exc).__name__}: {exc}"
+
+    threads = [threading.Thread(target=one, args=(o,), name=f"host {o.host}", daemon=True) for o in outcomes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def resume_host(store: Store, experiment_id: int, progress: FleetProgress | None = None) -> HostOutcome:
+    """A lost host's experiment, once the host is back: only its missing trials, there."""
+    record = store.experiment(experiment_id)
+    name = record["host_name"]
+    if not name:
+        raise UserError(f"experiment {experiment_id} ran on no fleet host; resume it without --fleet")
+    (host,) = hosts.select(name)
+    from layerbench.plan import parse_plan
+
+    options = record["plan"].get("run_options", {})
+    plan = parse_plan(
+        record["plan_text"],
+        record["plan_source"],
+        quick=options.get("quick", False),
+        reps=options.get("reps"),
+    )
+    experiment = Experiment.resume(store, HostExecutor(host, plan), experiment_id)
+    outcome = HostOutcome(name, experiment_id)
+    experiment.prepare([])
+    run_hosts({name: experiment}, [outcome], progress)
+    return outcome

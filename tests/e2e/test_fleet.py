@@ -1,0 +1,212 @@
+"""A fleet on this machine: a Ray cluster of 3 nodes started by the test, each node a host
+with its own scratch root under the test root, real trials of a tiny plan on each, every run
+in a PostgreSQL cluster the test creates (tests/postgres.py) and drops.
+
+Killing a node mid-experiment interrupts that host's experiment (host lost) within 30 s, the
+others finish, none of its trials runs elsewhere, nothing is left mounted; `run --resume`
+on the host, once it is back, runs only what was missing."""
+
+import itertools
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import TEST_ROOT, cli, leftovers, start_cli
+
+pytestmark = pytest.mark.e2e
+
+ray = pytest.importorskip("ray", reason="Ray is a dependency of layerbench (pyproject.toml)")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from layerbench.fleet import hosts  # noqa: E402
+from layerbench.store import Store  # noqa: E402
+
+NAMES = ("a", "b", "c")
+PLAN = """
+name = "fleet-e2e"
+baseline = "dir"
+reps = {reps}
+warmup = 0
+order = "interleaved"
+sentinel = false
+rerun_disturbed = 0  # three hosts on two cores disturb each other; each trial runs once
+
+[stacks.dir]
+layers = []
+
+[stacks.tmpfs]
+layers = [{{ kind = "tmpfs", size = "64M" }}]
+
+[workloads.write]
+kind = "command"
+run = "sh -c 'dd if=/dev/zero of=out bs=1M count=4 conv=fsync status=none && sleep {sleep}'"
+"""
+
+
+@pytest.fixture
+def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
+    root = TEST_ROOT / "fleet"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "_system_config": hosts.HEALTH_CHECKS,
+        },
+    )
+    nodes = {name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}) for name in NAMES}
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace=hosts.NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    for name in NAMES:
+        hosts.register(name, str(root / name))
+    ray.shutdown()
+    database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
+    try:
+        yield {"cluster": cluster, "nodes": nodes, "root": root, "db": database}
+    finally:
+        cluster.shutdown()
+        for name in NAMES:
+            assert cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db")).returncode == 0
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _plan(tmp_path: Path, reps: int, sleep: float) -> Path:
+    plan = tmp_path / "fleet.toml"
+    plan.write_text(PLAN.format(reps=reps, sleep=sleep))
+    return plan
+
+
+def _agents() -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"layerbench.fleet.agent" in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+def _nothing_left(root: Path) -> None:
+    deadline = time.monotonic() + 15
+    while (_agents() or leftovers(root)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _agents() and not leftovers(root)
+
+
+def _by_host(store: Store) -> dict[str, dict[str, Any]]:
+    return {e["host"]: e for e in store.history()}
+
+
+def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: dict, tmp_path: Path) -> None:
+    address = fleet["cluster"].address
+    done = cli(
+        "run", str(_plan(tmp_path, 2, 0)), "--fleet", address, "--db", fleet["db"], "--quiet", timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    store = Store(fleet["db"])
+    experiments = _by_host(store)
+    assert set(experiments) == set(NAMES) and {e["status"] for e in experiments.values()} == {"done"}
+    assert len({e["fleet"] for e in experiments.values()}) == 1
+    seeds = {store.experiment(e["id"])["seed"] for e in experiments.values()}
+    assert len(seeds) == 1  # the same plan and seed on every host
+    for name, record in experiments.items():
+        runs = store.runs(record["id"])
+        assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
+        assert {r["facts"]["fleet_host"] for r in runs} == {name}  # measured where scheduled
+        spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+        assert store.experiment(record["id"])["host"]["fleet_host"] == name
+    _nothing_left(fleet["root"])
+    # The reports and compare read PostgreSQL as they read a file, every format.
+    first, second = experiments["a"]["id"], experiments["b"]["id"]
+    for form in ("text", "markdown", "json", "csv", "html"):
+        shown = cli("report", str(second), "--db", fleet["db"], "--format", form)
+        assert shown.returncode == 0 and shown.stdout, (form, shown.stderr)
+    compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    fleet_id = experiments["a"]["fleet"]
+    by_fleet = cli("compare", "--fleet", fleet_id, "--db", fleet["db"], "--format", "json")
+    assert by_fleet.returncode == 0, by_fleet.stderr
+    assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
+    history = cli("history", "--db", fleet["db"])
+    assert history.returncode == 0 and all(name in history.stdout for name in NAMES)
+
+
+def test_a_killed_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing(
+    fleet: dict, tmp_path: Path
+) -> None:
+    address = fleet["cluster"].address
+    running = start_cli("run", str(_plan(tmp_path, 6, 1)), "--fleet", address, "--db", fleet["db"], "--quiet")
+    store = Store(fleet["db"])
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        lost = _by_host(store).get("b")
+        if lost is not None and lost["runs"] >= 2:
+            break
+        time.sleep(0.2)
+    else:
+        running.kill()
+        pytest.fail(f"host b stored no runs: {running.communicate()}")
+    killed = time.monotonic()
+    fleet["cluster"].remove_node(fleet["nodes"]["b"])
+    while _by_host(store)["b"]["status"] == "running" and time.monotonic() - killed < 60:
+        time.sleep(0.2)
+    noticed = time.monotonic() - killed
+    print(f"host b: interrupted (host lost) {noticed:.1f} s after its node was killed")
+    record = store.experiment(_by_host(store)["b"]["id"])
+    assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
+    assert noticed <= 30, noticed
+    _, errors = running.communicate(timeout=600)
+    assert running.returncode == 1, errors  # one host did not finish
+    experiments = _by_host(store)
+    assert experiments["a"]["status"] == experiments["c"]["status"] == "done"
+    kept = store.runs(experiments["b"]["id"])
+    assert 2 <= len(kept) < 12 and {r["facts"]["fleet_host"] for r in kept} == {"b"}
+    for name in ("a", "c"):  # nothing of b's ran on another host
+        assert {r["facts"]["fleet_host"] for r in store.runs(experiments[name]["id"])} == {name}
+    _nothing_left(fleet["root"])
+    # Host b is back (a new node with its resource): --resume runs only its missing trials.
+    fleet["cluster"].add_node(num_cpus=1, resources={"lb-host:b": 1})
+    fleet["cluster"].wait_for_nodes()
+    resumed = cli(
+        "run",
+        "--resume",
+        str(experiments["b"]["id"]),
+        "--fleet",
+        address,
+        "--db",
+        fleet["db"],
+        "--quiet",
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    runs = store.runs(experiments["b"]["id"])
+    assert sorted(r["trial"] for r in runs) == list(range(12))
+    assert store.experiment(experiments["b"]["id"])["status"] == "done"
+    _nothing_left(fleet["root"])
+
+
+def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path: Path) -> None:
+    address, plan = fleet["cluster"].address, str(_plan(tmp_path, 1, 0))
+    cases = {
+        ("--fleet", "127.0.0.1:9", "--db", fleet["db"]): "unreachable",
+        ("--fleet", "auto", "--db", fleet["db"]): "give the head explicitly",
+        ("--fleet", address, "--hosts", "a,zz", "--db", fleet["db"]): "no joined host 'zz'",
+        ("--fleet", address, "--hosts", ",", "--db", fleet["db"]): "--hosts: empty",
+        ("--fleet", address, "--db", "postgresql://u:s3cret@/none?host=/nonexistent"): "results database",
+    }
+    for options, expected in cases.items():
+        done = cli("run", plan, *options, "--quiet", timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+        assert "s3cret" not in done.stderr
+    assert Store(fleet["db"]).history() == []
+    assert not any(
+        (fleet["root"] / name).exists() and any((fleet["root"] / name).iterdir()) for name in NAMES
+    )
