@@ -5,6 +5,7 @@ to the host as one Ray task (fleet/remote.py) and comes back as the TrialResult 
 measured there. A host that dies or is cut off raises HostLost: its experiment stops, and its
 trial is never given to another host."""
 
+import contextlib
 from typing import Any
 
 import ray
@@ -13,6 +14,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from layerbench.errors import UserError
 from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
+from layerbench.fleet import hosts
 from layerbench.fleet.hosts import Host
 from layerbench.fleet.remote import RESOURCE_PREFIX, on_host
 from layerbench.fleet.requests import Answer, Operation, PlanSource, Request
@@ -44,7 +46,7 @@ class HostExecutor(Executor):
             "scheduling_strategy": NodeAffinitySchedulingStrategy(self.host_.node_id, soft=False),
         }
         try:
-            answer: Answer = ray.get(on_host.options(**options).remote(request))
+            answer = self._wait(on_host.options(**options).remote(request))
         except RayTaskError as exc:  # a bug on the host: its first line, for the report
             raise HostLost(f"host {self.host_.name}: {str(exc).splitlines()[0]}") from exc
         except RayError as exc:  # its node or worker died, or it cannot be scheduled any more
@@ -52,6 +54,19 @@ class HostExecutor(Executor):
         if answer.ran_on and answer.ran_on != self.host_.name:
             raise HostLost(f"host {self.host_.name}: the trial ran on {answer.ran_on}")
         return answer
+
+    def _wait(self, ref: ray.ObjectRef) -> Answer:
+        """The answer, or HostLost once the cluster holds the host's node dead. Ray fails a
+        task whose worker died at once, but a host cut off (its node frozen, its link down)
+        keeps its task pending: the node's death, seen by the head's health checks, ends it."""
+        while True:
+            ready, _ = ray.wait([ref], timeout=hosts.LIVENESS_S)
+            if ready:
+                return ray.get(ref)
+            if not hosts.alive(self.host_.node_id):
+                with contextlib.suppress(RayError, ValueError):
+                    ray.cancel(ref, force=True)
+                raise HostLost(f"host {self.host_.name} lost: its node stopped answering")
 
     def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
         if self._checked:

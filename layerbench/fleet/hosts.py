@@ -7,11 +7,14 @@ host is noticed in seconds); `layerbench host join HEAD` makes this machine a ho
 trusted network (see the README)."""
 
 import json
+import math
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,27 @@ def joined() -> list[Host]:
                     )
                 )
     return sorted(hosts, key=lambda h: h.name)
+
+
+class _Liveness:
+    """Which nodes the cluster holds alive, asked of it at most every LIVENESS_S (one answer
+    for every host's thread: a fleet of hundreds must not ask hundreds of times)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked = -math.inf
+        self.alive: set[str] = set()
+
+    def __call__(self, node_id: str) -> bool:
+        with self.lock:
+            if time.monotonic() - self.asked >= LIVENESS_S:
+                self.alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+                self.asked = time.monotonic()
+            return node_id in self.alive
+
+
+LIVENESS_S = 2.0
+alive = _Liveness()
 
 
 def busy(host: Host) -> bool:

@@ -8,7 +8,9 @@ on the host, once it is back, runs only what was missing."""
 
 import itertools
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,10 +139,21 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
     history = cli("history", "--db", fleet["db"])
     assert history.returncode == 0 and all(name in history.stdout for name in NAMES)
+    listed = cli("host", "list", address)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("idle") == 3 and "busy" not in listed.stdout, listed.stdout
 
 
-def test_a_killed_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing(
-    fleet: dict, tmp_path: Path
+def _cut_off(cluster: Any, node: Any) -> None:
+    """The host stops answering (its raylet frozen, as behind a broken link); then it is
+    taken down for good, as a host found dead would be."""
+    raylet = node.all_processes["raylet"][0].process
+    os.kill(raylet.pid, signal.SIGSTOP)
+
+
+@pytest.mark.parametrize("how", ["killed", "cut off"])
+def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing(
+    fleet: dict, tmp_path: Path, how: str
 ) -> None:
     address = fleet["cluster"].address
     running = start_cli("run", str(_plan(tmp_path, 6, 1)), "--fleet", address, "--db", fleet["db"], "--quiet")
@@ -155,15 +168,22 @@ def test_a_killed_host_is_interrupted_within_30_s_and_resumes_only_what_is_missi
         running.kill()
         pytest.fail(f"host b stored no runs: {running.communicate()}")
     killed = time.monotonic()
-    fleet["cluster"].remove_node(fleet["nodes"]["b"])
+    if how == "killed":
+        fleet["cluster"].remove_node(fleet["nodes"]["b"])
+    else:
+        _cut_off(fleet["cluster"], fleet["nodes"]["b"])
     while _by_host(store)["b"]["status"] == "running" and time.monotonic() - killed < 60:
         time.sleep(0.2)
     noticed = time.monotonic() - killed
-    print(f"host b: interrupted (host lost) {noticed:.1f} s after its node was killed")
+    print(f"host b: interrupted (host lost) {noticed:.1f} s after its node was {how}")
     record = store.experiment(_by_host(store)["b"]["id"])
     assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
     assert noticed <= 30, noticed
     _, errors = running.communicate(timeout=600)
+    if how == "cut off":  # it comes back, learns it was declared dead, and takes its agent down
+        raylet = fleet["nodes"]["b"].all_processes["raylet"][0].process
+        os.kill(raylet.pid, signal.SIGCONT)
+        fleet["cluster"].remove_node(fleet["nodes"]["b"])
     assert running.returncode == 1, errors  # one host did not finish
     experiments = _by_host(store)
     assert experiments["a"]["status"] == experiments["c"]["status"] == "done"
@@ -206,6 +226,14 @@ def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path:
         done = cli("run", plan, *options, "--quiet", timeout=120)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
         assert "s3cret" not in done.stderr
+    joins = {
+        ("auto",): "give the head explicitly",
+        (address, "--name", "no/slash"): "--name 'no/slash'",
+        (address, "--name", "a"): "a host of that name has joined already",
+    }
+    for options, expected in joins.items():
+        done = cli("host", "join", *options, "--scratch", str(tmp_path / "joined"), timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
     assert Store(fleet["db"]).history() == []
     assert not any(
         (fleet["root"] / name).exists() and any((fleet["root"] / name).iterdir()) for name in NAMES
