@@ -108,10 +108,10 @@ def _by_host(store: Store) -> dict[str, dict[str, Any]]:
 
 def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: dict, tmp_path: Path) -> None:
     address = fleet["cluster"].address
-    done = cli(
-        "run", str(_plan(tmp_path, 2, 0)), "--fleet", address, "--db", fleet["db"], "--quiet", timeout=600
-    )
+    # With its display: a progress row per host, then a line per host.
+    done = cli("run", str(_plan(tmp_path, 2, 0)), "--fleet", address, "--db", fleet["db"], timeout=600)
     assert done.returncode == 0, done.stderr
+    assert all(f"host {name}: experiment" in done.stderr for name in NAMES), done.stderr
     store = Store(fleet["db"])
     experiments = _by_host(store)
     assert set(experiments) == set(NAMES) and {e["status"] for e in experiments.values()} == {"done"}
@@ -128,11 +128,12 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     _nothing_left(fleet["root"])
     # The reports and compare read PostgreSQL as they read a file, every format.
     first, second = experiments["a"]["id"], experiments["b"]["id"]
-    for form in ("text", "markdown", "json", "csv", "html"):
+    for form in ("text", "markdown", "mail", "json", "csv", "html"):
         shown = cli("report", str(second), "--db", fleet["db"], "--format", form)
         assert shown.returncode == 0 and shown.stdout, (form, shown.stderr)
-    compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", "json")
-    assert compared.returncode == 0, compared.stderr
+    for form in ("text", "markdown", "json", "html"):
+        compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", form)
+        assert compared.returncode == 0 and compared.stdout, (form, compared.stderr)
     fleet_id = experiments["a"]["fleet"]
     by_fleet = cli("compare", "--fleet", fleet_id, "--db", fleet["db"], "--format", "json")
     assert by_fleet.returncode == 0, by_fleet.stderr
