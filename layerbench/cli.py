@@ -334,7 +334,7 @@ def cmd_run_fleet(args: argparse.Namespace) -> int:
                 outcomes = [coordinator.resume_host(store, args.resume, display.update)]
             else:
                 assert plan is not None
-                display.expect(plan, chosen)
+                display.expect(chosen)
                 outcomes = coordinator.run_fleet(plan, store, chosen, progress=display.update).hosts
     except KeyboardInterrupt:
         # The hosts' agents tear their trials down when this driver goes; the runs stored stay.
@@ -376,7 +376,7 @@ class FleetDisplay:
         if self.progress is not None:
             self.progress.stop()
 
-    def expect(self, plan: Any, chosen: list[Any]) -> None:
+    def expect(self, chosen: list[Any]) -> None:
         if self.progress is not None:
             for host in chosen:
                 self.rows[host.name] = self.progress.add_task(escape(host.name), total=None)

@@ -24,17 +24,16 @@ from layerbench.workloads.base import Workload
 
 
 class HostExecutor(Executor):
-    def __init__(self, host: Host, plan: Plan) -> None:
+    def __init__(self, host: Host) -> None:
         self.host_ = host
-        self.plan_source = PlanSource.of(plan)
         self._checked = False
 
-    def _ask(self, operation: Operation, **fields: Any) -> Answer:
+    def _ask(self, operation: Operation, plan: Plan | None = None, **fields: Any) -> Answer:
         request = Request(
             operation,
             self.host_.name,
             self.host_.scratch,
-            plan=self.plan_source,
+            plan=PlanSource.of(plan) if plan is not None else None,
             simulated=self.host_.simulated,
             **fields,
         )
@@ -71,7 +70,7 @@ class HostExecutor(Executor):
     def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
         if self._checked:
             return
-        answer = self._ask("check")
+        answer = self._ask("check", plan)
         if not answer.ok:
             raise UserError(f"host {self.host_.name}: {answer.error}")
         self._checked = True
@@ -85,7 +84,7 @@ class HostExecutor(Executor):
         return answer.value if answer.ok else None
 
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
-        answer = self._ask("run", trial=trial, experiment_id=setting.experiment_id)
+        answer = self._ask("run", setting.plan, trial=trial, experiment_id=setting.experiment_id)
         if not answer.ok:
             raise HostLost(f"host {self.host_.name}: {answer.error}")
         result: TrialResult = answer.value

@@ -64,7 +64,7 @@ def run_fleet(
     if seed is None:
         seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
     fleet = uuid.uuid4().hex[:12]
-    executors = {h.name: HostExecutor(h, plan) for h in chosen}
+    executors = {h.name: HostExecutor(h) for h in chosen}
     experiments = {
         name: Experiment(plan, store, executor, seed=seed, fleet=fleet, host_name=name)
         for name, executor in executors.items()
@@ -120,16 +120,7 @@ def resume_host(store: Store, experiment_id: int, progress: FleetProgress | None
     if not name:
         raise UserError(f"experiment {experiment_id} ran on no fleet host; resume it without --fleet")
     (host,) = hosts.select(name)
-    from layerbench.plan import parse_plan
-
-    options = record["plan"].get("run_options", {})
-    plan = parse_plan(
-        record["plan_text"],
-        record["plan_source"],
-        quick=options.get("quick", False),
-        reps=options.get("reps"),
-    )
-    experiment = Experiment.resume(store, HostExecutor(host, plan), experiment_id)
+    experiment = Experiment.resume(store, HostExecutor(host), experiment_id)
     outcome = HostOutcome(name, experiment_id)
     experiment.prepare([])
     run_hosts({name: experiment}, [outcome], progress)
