@@ -12,8 +12,6 @@ from layerbench.experiment import make_workloads
 from layerbench.fleet.requests import Answer, Request
 from layerbench.schedule import Trial
 
-TRIAL_SECONDS = 0.0  # how long a simulated trial holds its host (bench/fleet.py sets it)
-
 
 def _script(trial: Trial) -> dict[str, Any]:
     spread = zlib.crc32(f"{trial.stack}/{trial.workload}/{trial.rep}".encode()) % 1000 / 1e5
@@ -28,8 +26,6 @@ def serve(request: Request) -> Answer:
     assert request.plan is not None and request.trial is not None
     plan = request.plan.load()
     started = time.time()
-    if TRIAL_SECONDS:
-        time.sleep(TRIAL_SECONDS)
     result = FakeExecutor(_script).run(
         request.trial, Setting(plan, make_workloads(plan), request.experiment_id)
     )
