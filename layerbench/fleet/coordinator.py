@@ -6,7 +6,6 @@ started). A host lost mid-way ends its own experiment, `interrupted (host lost)`
 finished runs kept; the other hosts go on. `run --resume` on a lost host, once it is back,
 runs only its missing trials, on that host."""
 
-import random
 import threading
 import uuid
 from collections.abc import Callable
@@ -61,14 +60,13 @@ def run_fleet(
     progress: FleetProgress | None = None,
     seed: int | None = None,
 ) -> FleetOutcome:
-    if seed is None:
-        seed = plan.seed if plan.seed is not None else random.SystemRandom().randrange(2**31)
     fleet = uuid.uuid4().hex[:12]
     executors = {h.name: HostExecutor(h) for h in chosen}
-    experiments = {
-        name: Experiment(plan, store, executor, seed=seed, fleet=fleet, host_name=name)
-        for name, executor in executors.items()
-    }
+    experiments: dict[str, Experiment] = {}
+    for name, executor in executors.items():
+        # The first picks the seed as any experiment does; every other host takes the same.
+        experiments[name] = Experiment(plan, store, executor, seed=seed, fleet=fleet, host_name=name)
+        seed = experiments[name].seed
     _check_all(executors, plan, experiments)
     store.create_fleet(
         fleet,
