@@ -14,7 +14,6 @@ import hashlib
 import os
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,19 +162,15 @@ def _home(procs: Path) -> Path:
     raise SetupError(f"{procs} is in no cgroup tree this process is in")
 
 
-@contextlib.contextmanager
-def joined(procs_files: list[Path]) -> Iterator[None]:
-    """This process steps into the groups and back out: a child spawned inside is in them
-    from its first instruction, and the spawn stays a fast vfork (no code runs between
-    fork and exec)."""
-    homes = [_home(procs) for procs in procs_files]
-    try:
-        for procs in procs_files:
-            procs.write_text(f"{os.getpid()}\n")
-        yield
-    finally:
-        for home in homes:
-            home.write_text(f"{os.getpid()}\n")
+def place_all(pids: list[int], procs: Path) -> None:
+    """Move processes into one group; one that has exited meanwhile is skipped."""
+    for pid in pids:
+        try:
+            procs.write_text(f"{pid}\n")
+        except ProcessLookupError:
+            continue
+        except OSError as exc:
+            raise SetupError(f"cannot move process {pid} into {procs.parent}: {exc.strerror}") from None
 
 
 def remove(path: Path, *, timeout: float = 5.0) -> bool:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from layerbench import cgroups, kernelstats, noise, procfs, sampling
@@ -100,6 +101,7 @@ def run_timed(
     timeout: float | None = None,
     devices: list[str] = (),  # type: ignore[assignment]
     helper_pids: list[int] = (),  # type: ignore[assignment]
+    helper_group: Path | None = None,
     stderr_path: Path | None = None,
     on_start: Callable[[int], None] | None = None,
     cgroups: list[Path] = (),  # type: ignore[assignment]
@@ -118,28 +120,22 @@ def run_timed(
         return failed(f"cannot start {argv[0]}: no such program")
     with _rss_file() as rss_name, _stderr_to(stderr_path) as stderr_target:
         spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
-        before = _Before.take(devices, helper_pids, pressure_group)
-        with sampling.Sampler(list(devices)) as sampler:
-            start = time.monotonic()
-            try:
-                with _confined(list(cgroups), cpus):
-                    child = subprocess.Popen(
-                        spawn,
-                        cwd=cwd,
-                        env=full_env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=stderr_target,
-                        process_group=0,
-                    )
-            except OSError as exc:
-                return failed(f"cannot start {argv[0]}: {exc.strerror}")
-            try:
-                error, status, usage = _wait(child, timeout, on_start)
+        try:
+            gated = _Gated.spawn(spawn, cwd=cwd, env=full_env, stderr=stderr_target)
+        except OSError as exc:
+            return failed(f"cannot start {argv[0]}: {exc.strerror}")
+        with gated:
+            gated.place(list(cgroups), cpus)
+            if on_start is not None:
+                on_start(gated.pid)
+            before = _Before.take(devices, _Helpers(list(helper_pids), helper_group), pressure_group)
+            gate_cost = gated.cost_so_far()
+            with sampling.Sampler(list(devices)) as sampler:
+                start = time.monotonic()
+                gated.release()
+                error, status, usage = _wait(gated.child, timeout)
                 wall = time.monotonic() - start
-            finally:
-                # Grandchildren that outlived the child are not ours to keep.
-                _kill_tree(child.pid)
+            usage = gate_cost.taken_from(usage)
         maxrss_kb = _read_rss(rss_name)
     exit_code = os.waitstatus_to_exitcode(status)
     if error is None and exit_code != 0:
@@ -168,14 +164,10 @@ def _stderr_to(path: Path | None) -> Iterator[Any]:
         yield handle
 
 
-def _wait(
-    child: subprocess.Popen[bytes], timeout: float | None, on_start: Callable[[int], None] | None
-) -> tuple[str | None, int, Any]:
+def _wait(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[str | None, int, Any]:
     """Wait for the child (killing its group at the timeout); (error, wait status, rusage)."""
     error = None
     try:
-        if on_start is not None:
-            on_start(child.pid)
         pidfd = os.pidfd_open(child.pid)
         try:
             poller = select.poll()
@@ -200,18 +192,42 @@ class _Before:
     """The counters read right before the child starts."""
 
     disks: dict[str, procfs.DiskCounters]
-    helpers: dict[int, float]
+    helpers: "_Helpers"
+    helpers_ns: int
     quiet: noise.Snapshot
     kernel: kernelstats.Snapshot
 
     @classmethod
-    def take(cls, devices: list[str], helper_pids: list[int], pressure_group: Path | None) -> "_Before":
+    def take(cls, devices: list[str], helpers: "_Helpers", pressure_group: Path | None) -> "_Before":
         return cls(
             procfs.read_diskstats(list(devices)),
-            {pid: procfs.cpu_seconds_with_children(pid) for pid in helper_pids},
+            helpers,
+            helpers.cpu_ns(),
             noise.snapshot(),
             kernelstats.Snapshot.take(pressure_group),
         )
+
+
+@dataclass(frozen=True)
+class _Helpers:
+    """The stack's helper processes (FUSE daemons, sshd): their CPU in nanoseconds, from
+    their control group where the stack has one (exited threads and children included),
+    else from each process's threads."""
+
+    pids: list[int]
+    group: Path | None
+
+    def cpu_ns(self) -> int:
+        if self.group is not None and (total := procfs.group_cpu_ns(self.group)) is not None:
+            return total
+        return sum(procfs.cpu_ns(pid) for pid in self.pids)
+
+    @property
+    def source(self) -> str | None:
+        """Where the figure comes from, for the record."""
+        if not self.pids:
+            return None
+        return "cgroup" if self.group is not None else "threads"
 
 
 def _counters(
@@ -228,9 +244,7 @@ def _counters(
 ) -> RunCounters:
     disks_after = procfs.read_diskstats(list(devices))
     kernel = kernelstats.delta(before.kernel, kernel_after)
-    helper_cpu = max(
-        sum(procfs.cpu_seconds_with_children(pid) - cpu for pid, cpu in before.helpers.items()), 0.0
-    )
+    helper_cpu = max(before.helpers.cpu_ns() - before.helpers_ns, 0) / 1e9
     cpu = usage.ru_utime + usage.ru_stime
     quiet = noise.judge(before.quiet, noise.snapshot(), wall, cpu + helper_cpu)
     per_device = procfs.disk_deltas(before.disks, disks_after)
@@ -268,7 +282,12 @@ def _counters(
         devices=per_device,
         samples=[sample.as_row() for sample in sampler.samples],
         sampler=sampler.cost.as_dict() if sampler.cost else {},
-        facts={**quiet, **({"cpus": cpus} if cpus else {}), "kernel": _kernel_facts(kernel, devices)},
+        facts={
+            **quiet,
+            **({"cpus": cpus} if cpus else {}),
+            **({"helper_cpu_source": before.helpers.source} if before.helpers.source else {}),
+            "kernel": _kernel_facts(kernel, devices),
+        },
     )
 
 
@@ -311,19 +330,102 @@ def _read_rss(path: str) -> int | None:
     return int(lines[-1]) if lines and lines[-1].isdigit() else None
 
 
-@contextlib.contextmanager
-def _confined(cgroup_procs: list[Path], cpus: list[int] | None) -> Iterator[None]:
-    """The harness steps into the control groups and onto the CPUs just for the spawn, so
-    the child starts inside them; a new session (setsid) would cost a scheduler autogroup."""
-    before = os.sched_getaffinity(0)
-    try:
+# The gate: a small shell that waits for one line on its stdin, then execs the command with
+# stdin from /dev/null. If the harness dies first, the pipe closes and the command never runs.
+_GATE = 'IFS= read -r go && [ "$go" = go ] && exec "$@" </dev/null; exit 125'
+
+
+@dataclass(frozen=True)
+class _GateCost:
+    """What the gate itself used before it exec'd the command: wait4's rusage covers the
+    whole life of the pid, so this is taken off again (about 1 ms of CPU, 60 faults)."""
+
+    cpu_s: float
+    minflt: int
+    majflt: int
+    nvcsw: int
+    nivcsw: int
+
+    def taken_from(self, usage: Any) -> SimpleNamespace:
+        cpu = usage.ru_utime + usage.ru_stime
+        # CPU time is split by the kernel between user and system by its samples; take the
+        # gate's share off both in the same proportion.
+        keep = max(cpu - self.cpu_s, 0.0) / cpu if cpu > 0 else 0.0
+        return SimpleNamespace(
+            ru_utime=usage.ru_utime * keep,
+            ru_stime=usage.ru_stime * keep,
+            ru_maxrss=usage.ru_maxrss,
+            ru_minflt=max(usage.ru_minflt - self.minflt, 0),
+            ru_majflt=max(usage.ru_majflt - self.majflt, 0),
+            ru_inblock=usage.ru_inblock,
+            ru_oublock=usage.ru_oublock,
+            ru_nvcsw=max(usage.ru_nvcsw - self.nvcsw, 0),
+            ru_nivcsw=max(usage.ru_nivcsw - self.nivcsw, 0),
+        )
+
+
+class _Gated:
+    """The timed child, created before the clock starts and held at a gate: it is put into
+    its control groups and onto its CPUs while it waits (moving a process between groups
+    can wait milliseconds for the kernel's cgroup lock: measured 15-20 ms for the first
+    move after a pause), so the timed region holds the exec of the command and nothing of
+    the harness's own. It runs in its own process group, so a timeout or Ctrl-C can stop
+    every process it started."""
+
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        self.child = child
+        self.pid = child.pid
+
+    @classmethod
+    def spawn(cls, argv: list[str], *, cwd: Path, env: dict[str, str], stderr: Any) -> "_Gated":
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", _GATE, "layerbench-gate", *argv],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            process_group=0,
+        )
+        return cls(child)
+
+    def place(self, cgroup_procs: list[Path], cpus: list[int] | None) -> None:
+        for procs in cgroup_procs:
+            cgroups.place_all([self.pid], procs)
         if cpus:
-            os.sched_setaffinity(0, cpus)
-        with cgroups.joined(cgroup_procs) if cgroup_procs else contextlib.nullcontext():
-            yield
-    finally:
-        if cpus:
-            os.sched_setaffinity(0, before)
+            os.sched_setaffinity(self.pid, cpus)
+        self._wait_at_gate()
+
+    def _wait_at_gate(self) -> None:
+        """Until the shell sleeps in its read: what it did before is all it will cost."""
+        deadline = time.monotonic() + 10
+        while procfs.process_state(self.pid) not in ("S", None) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    def cost_so_far(self) -> _GateCost:
+        faults = procfs.process_faults(self.pid)
+        switches = procfs.context_switches(self.pid)
+        return _GateCost(procfs.cpu_ns(self.pid) / 1e9, *faults, *switches)
+
+    def release(self) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.write(b"go\n")
+        self.child.stdin.close()
+
+    def __enter__(self) -> "_Gated":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Grandchildren that outlived the child are not ours to keep; a child never released
+        # (an error before the clock) is stopped at its gate and reaped.
+        _kill_tree(self.pid)
+        if self.child.stdin is not None and not self.child.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.child.stdin.close()
+        if self.child.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.child.returncode = -signal.SIGKILL
 
 
 def _describe_exit(code: int, stderr_path: Path | None) -> str:

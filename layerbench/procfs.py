@@ -262,9 +262,69 @@ def read_cpu() -> tuple[int, int, int]:
 
 
 def cpu_seconds_with_children(pid: int) -> float:
-    """user + sys of a live process and its reaped children (stat fields 14-17), 0 if gone."""
+    """user + sys of a live process and its reaped children (stat fields 14-17), 0 if gone.
+    In clock ticks (10 ms): for a few milliseconds of work use cpu_ns."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return 0.0
     return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of a live process's threads in nanoseconds (schedstat's time on the CPU,
+    summed over /proc/PID/task), 0 if gone. A thread that has exited is no longer counted:
+    for a daemon whose threads come and go, read its control group (group_cpu_ns)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+                total += int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread exited while we looked
+    return total
+
+
+def group_cpu_ns(group: Path) -> int | None:
+    """CPU time of everything that ever ran in a cgroup v2 group, exited threads and
+    children included (cpu.stat usage_usec, kept by the kernel without any controller)."""
+    try:
+        for line in (group / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) * 1000
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def process_state(pid: int) -> str | None:
+    """R, S, D, Z ... of a process, None once it is gone."""
+    stat = pid_stat(pid)
+    return stat.state if stat else None
+
+
+def process_faults(pid: int) -> tuple[int, int]:
+    """(minor, major) page faults of a live process so far (stat fields 10 and 12)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0, 0
+    return int(fields[7]), int(fields[9])
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of a live process so far."""
+    found = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in found:
+                found[key] = int(value)
+    except OSError:
+        pass
+    return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]

@@ -85,3 +85,115 @@ def test_helper_cpu_counts_every_thread_of_the_helper(tmp_path: Path) -> None:
     # not guaranteed on a busy machine, but far above zero is.
     assert counters.helper_cpu_s > 0.3, counters.helper_cpu_s
     assert counters.user_s + counters.sys_s < 0.2
+
+
+def test_a_few_milliseconds_of_helper_work_are_not_read_as_zero(tmp_path: Path) -> None:
+    """A helper that works about 3 ms during the run (less than one 10 ms clock tick, the
+    unit of /proc/PID/stat) is read in nanoseconds: above zero, and close to what the
+    kernel's schedstat says the helper's threads ran."""
+    import subprocess
+    import sys
+
+    from layerbench import procfs
+
+    work = (
+        "import sys, time\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "time.sleep(0.1)\n"  # the run's counters are read by now: the burst is inside the run
+        "end = time.thread_time() + 0.003\n"
+        "while time.thread_time() < end: pass\n"
+        "sys.stdin.readline()\n"
+    )
+    helper = subprocess.Popen(
+        [sys.executable, "-c", work], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert helper.stdin is not None and helper.stdout is not None
+    try:
+        assert helper.stdout.readline() == "ready\n"  # its start-up is over before the run
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        counters = measure.run_timed(["sleep", "0.3"], cwd=tmp_path, helper_pids=[helper.pid])
+        ran_ns = procfs.cpu_ns(helper.pid)
+    finally:
+        helper.stdin.write("done\n")
+        helper.stdin.flush()
+        helper.wait()
+    assert counters.status == "ok"
+    # The burst is 3 ms of the thread's own CPU; the helper's whole life (start-up included)
+    # bounds what can have fallen inside the run.
+    assert 0.0025 <= counters.helper_cpu_s <= ran_ns / 1e9, (counters.helper_cpu_s, ran_ns)
+
+
+def test_helper_cpu_from_the_group_counts_threads_that_exited(needs_root: None, tmp_path: Path) -> None:
+    """A helper whose worker thread burns ~60 ms and exits during the run: its control
+    group still counts that thread (cpu.stat), where the live threads' schedstat cannot."""
+    import subprocess
+    import sys
+
+    from layerbench import cgroups
+
+    tree = cgroups.pressure_hierarchy()
+    if tree is None:
+        pytest.skip("no cgroup v2 tree with pressure files on this host")
+    work = (
+        "import sys, threading, time\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "time.sleep(0.1)\n"
+        "def burn():\n"
+        "    end = time.thread_time() + 0.06\n"
+        "    while time.thread_time() < end: pass\n"
+        "worker = threading.Thread(target=burn); worker.start(); worker.join()\n"
+        "sys.stdin.readline()\n"
+    )
+    group = cgroups.create(tree, f"var%tmp%layerbench-measure-{tmp_path.name}")
+    helper = subprocess.Popen(
+        [sys.executable, "-c", work], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert helper.stdin is not None and helper.stdout is not None
+    try:
+        assert helper.stdout.readline() == "ready\n"
+        cgroups.place_all([helper.pid], group / "cgroup.procs")
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        counters = measure.run_timed(
+            ["sleep", "0.5"], cwd=tmp_path, helper_pids=[helper.pid], helper_group=group
+        )
+        helper.stdin.write("done\n")
+        helper.stdin.flush()
+        helper.wait()
+    finally:
+        helper.kill()
+        cgroups.remove(group)
+    assert counters.status == "ok"
+    assert 0.05 <= counters.helper_cpu_s < 0.2, counters.helper_cpu_s
+
+
+def test_moving_the_child_into_its_groups_is_not_timed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child is put into its control groups before the clock starts: a move that takes
+    300 ms (the kernel's cgroup lock can take milliseconds) adds nothing to the run's time."""
+    from layerbench import cgroups
+
+    def slow_place(pids: list[int], procs: Path) -> None:
+        import time
+
+        time.sleep(0.3)
+
+    monkeypatch.setattr(cgroups, "place_all", slow_place)
+    counters = measure.run_timed(["true"], cwd=tmp_path, cgroups=[tmp_path / "cgroup.procs"])
+    assert counters.status == "ok"
+    assert counters.wall_s < 0.2, counters.wall_s
+
+
+def test_the_gate_costs_the_run_nothing_it_can_count(tmp_path: Path) -> None:
+    """The shell that holds the child at the gate has faulted in its own pages before the
+    clock: those faults are taken off, so `true` reports what `true` and GNU time did."""
+    counters = measure.run_timed(["true"], cwd=tmp_path)
+    bare = measure.run_timed(["sh", "-c", "true"], cwd=tmp_path)
+    assert counters.status == bare.status == "ok"
+    # The gate's shell faults about 60 pages before it blocks; a second shell inside the
+    # run faults at least as many again.
+    assert counters.minflt < bare.minflt, (counters.minflt, bare.minflt)

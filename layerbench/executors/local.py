@@ -143,6 +143,7 @@ class LocalExecutor(Executor):
                 timeout=setting.workloads[trial.workload].options.timeout,
                 devices=devices,
                 helper_pids=built.helper_pids,
+                helper_group=built.helper_group,
                 stderr_path=workdir / "stderr",
                 on_start=resources.enter_context(self._journaled_child(trial)),
                 cgroups=procs,

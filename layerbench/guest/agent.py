@@ -62,6 +62,7 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
             timeout=request.get("timeout"),
             devices=devices,
             helper_pids=built.helper_pids,
+            helper_group=built.helper_group,
             stderr_path=workdir / "stderr",
         )
         prepared.collect()

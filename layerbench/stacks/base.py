@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from layerbench import failpoints, mounts, procfs, system, worlds
+from layerbench import cgroups, failpoints, mounts, procfs, system, worlds
 from layerbench import jail as jails
+from layerbench.errors import SetupError
 from layerbench.scratch import Scratch
 
 
@@ -163,6 +164,7 @@ class BuiltStack:
     jail: jails.Jail | None = None  # the chroot over the top, when the stack has a world
     parts: list[Layer] = field(default_factory=list)  # the layers built here, bottom to top
     rest: list[Layer] = field(default_factory=list)  # layers left to the `elsewhere` of the top
+    helper_group: Path | None = None  # a cgroup v2 group holding every helper process
 
     @property
     def elsewhere(self) -> Any:
@@ -217,6 +219,28 @@ class BuiltStack:
         return list(dict.fromkeys(found))
 
 
+class _HelperGroup(contextlib.ExitStack):
+    """A cgroup v2 group that the stack's helper processes (FUSE daemons, sshd and its
+    sessions) are moved into once the stack is built: the kernel then counts their CPU in
+    nanoseconds, threads that exit and children they fork included. Entered before the
+    layers, so it is removed after every daemon has been stopped."""
+
+    def __init__(self, scratch: Scratch, label: str) -> None:
+        super().__init__()
+        self.scratch, self.label = scratch, label
+
+    def gather(self, pids: list[int]) -> Path | None:
+        tree = cgroups.pressure_hierarchy()
+        if not pids or tree is None:
+            return None
+        try:
+            group = self.enter_context(self.scratch.cgroup(tree, self.label))
+            cgroups.place_all(pids, group / "cgroup.procs")
+        except SetupError:
+            return None  # counted from each process's threads instead
+        return group
+
+
 @contextlib.contextmanager
 def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
     """Build layers bottom to top on a fresh base directory; tear down top to bottom.
@@ -226,6 +250,7 @@ def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
     in (an ext4 image at mkfs time), and a jail is laid out over the top. A layer that runs
     the rest elsewhere (a vm) leaves the layers above it unbuilt here."""
     with contextlib.ExitStack() as stack:
+        helpers = stack.enter_context(_HelperGroup(ctx.scratch, f"{ctx.workdir.name}-helpers"))
         exposed = Exposed(path=ctx.subdir("base"))
         if ctx.world:
             worlds.copy_into(ctx.world, exposed.path, link=True)
@@ -244,4 +269,6 @@ def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
             chroot = stack.enter_context(
                 jails.built(ctx.scratch, ctx.subdir("jail"), ctx.world, exposed.path)
             )
-        yield BuiltStack(top=exposed.path, layers=built, jail=chroot, parts=done, rest=layers[len(done) :])
+        result = BuiltStack(top=exposed.path, layers=built, jail=chroot, parts=done, rest=layers[len(done) :])
+        result.helper_group = helpers.gather(result.helper_pids)
+        yield result

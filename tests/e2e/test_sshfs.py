@@ -59,7 +59,12 @@ def test_writes_and_metadata_over_ssh_leave_nothing(needs_root: None, tmp_path: 
     runs = document["runs"]
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
     over_ssh = [r for r in runs if r["stack"] == "ssh"]
-    # The ssh client and server do the crypto: their CPU is the layer's, and it was counted.
+    # The ssh client and server do the crypto: their CPU is the layer's, and it was counted,
+    # in nanoseconds by their control group (a clock tick of /proc/PID/stat is 10 ms, more
+    # than a 100-file run's helpers may use: it once read 0.0 here).
+    assert all(r["facts"].get("helper_cpu_source") == "cgroup" for r in over_ssh), [
+        r["facts"] for r in over_ssh
+    ]
     assert all(r["helper_cpu_s"] > 0 for r in over_ssh), [r["helper_cpu_s"] for r in over_ssh]
     line = " ".join(document["stacks"]["ssh"]["mount_lines"])
     assert " fuse.sshfs " in line and "root@127.0.0.1:" in line and "Ciphers=aes128-gcm@openssh.com" in line
