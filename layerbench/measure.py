@@ -135,13 +135,16 @@ def run_timed(
                 gated.release()
                 error, status, usage = _wait(gated.child, timeout)
                 wall = time.monotonic() - start
+            disks_after = procfs.read_diskstats(list(devices))
             usage = gate_cost.taken_from(usage)
         maxrss_kb = _read_rss(rss_name)
     exit_code = os.waitstatus_to_exitcode(status)
     if error is None and exit_code != 0:
         error = _describe_exit(exit_code, stderr_path)
     kernel_after = kernelstats.Snapshot.take(pressure_group)
-    return _counters(before, devices, usage, wall, maxrss_kb, exit_code, error, sampler, cpus, kernel_after)
+    return _counters(
+        before, devices, disks_after, usage, wall, maxrss_kb, exit_code, error, sampler, cpus, kernel_after
+    )
 
 
 @contextlib.contextmanager
@@ -199,13 +202,12 @@ class _Before:
 
     @classmethod
     def take(cls, devices: list[str], helpers: "_Helpers", pressure_group: Path | None) -> "_Before":
-        return cls(
-            procfs.read_diskstats(list(devices)),
-            helpers,
-            helpers.cpu_ns(),
-            noise.snapshot(),
-            kernelstats.Snapshot.take(pressure_group),
-        )
+        # The slower readings first: the devices' counters are read last, next to the clock,
+        # as the sampler's first reading is (another writer on the disk moves them meanwhile).
+        kernel = kernelstats.Snapshot.take(pressure_group)
+        quiet = noise.snapshot()
+        helpers_ns = helpers.cpu_ns()
+        return cls(procfs.read_diskstats(list(devices)), helpers, helpers_ns, quiet, kernel)
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,7 @@ class _Helpers:
 def _counters(
     before: _Before,
     devices: list[str],
+    disks_after: dict[str, procfs.DiskCounters],
     usage: Any,
     wall: float,
     maxrss_kb: int | None,
@@ -242,7 +245,6 @@ def _counters(
     cpus: list[int] | None,
     kernel_after: kernelstats.Snapshot,
 ) -> RunCounters:
-    disks_after = procfs.read_diskstats(list(devices))
     kernel = kernelstats.delta(before.kernel, kernel_after)
     helper_cpu = max(before.helpers.cpu_ns() - before.helpers_ns, 0) / 1e9
     cpu = usage.ru_utime + usage.ru_stime

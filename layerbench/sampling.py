@@ -73,12 +73,27 @@ class Sampler:
         self._bottom = self.devices[-1] if self.devices else None
 
     def __enter__(self) -> "Sampler":
+        # The first reading is taken here, by the caller, right before the child starts: a
+        # thread started now could be scheduled after the run has begun.
+        self._first = self._read()
+        self._cpu_start = time.thread_time()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        # ... and the last one by the caller too, right after the child was reaped.
+        sampler_cpu = self._cpu_s
+        started = time.thread_time()
+        last = self._read()
+        self.samples.append(self._delta(self._first[0], self._previous, last))
+        self.cost = SamplerCost(
+            interval_s=self.interval_s,
+            count=len(self.samples),
+            cpu_s=sampler_cpu + time.thread_time() - started,
+            wall_s=last[0] - self._first[0],
+        )
 
     def _read(self) -> tuple[float, dict[str, tuple[int, int, int]], tuple[int, int, int], int]:
         disks = procfs.read_diskstats(self.devices) if self.devices else {}
@@ -91,24 +106,19 @@ class Sampler:
 
     def _loop(self) -> None:
         cpu_start = time.thread_time()
-        previous = self._read()
+        previous = self._first
         start = previous[0]
         ticks = 0
-        while True:
+        # Sleep to a fixed schedule so the series does not drift with read costs.
+        while not self._stop.wait(
+            max(0.0, start + ticks * self.interval_s + self.interval_s - time.monotonic())
+        ):
             ticks += 1
-            # Sleep to a fixed schedule so the series does not drift with read costs.
-            stopping = self._stop.wait(max(0.0, start + ticks * self.interval_s - time.monotonic()))
             current = self._read()
             self.samples.append(self._delta(start, previous, current))
             previous = current
-            if stopping:
-                break
-        self.cost = SamplerCost(
-            interval_s=self.interval_s,
-            count=len(self.samples),
-            cpu_s=time.thread_time() - cpu_start,
-            wall_s=previous[0] - start,
-        )
+        self._previous = previous
+        self._cpu_s = time.thread_time() - cpu_start
 
     def _delta(
         self,

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""The flake hunt: run each test module many times, alone and beside a CPU + I/O neighbour,
+and print how often each test passed, the slowest tests and the total time.
+
+    python3 bench/flake_hunt.py [--rounds 10] [--modules tests/e2e] [--neighbour both|alone|busy]
+                                [--scratch /var/tmp/layerbench-flakes] [--out FILE.md]
+
+A round runs every module once in its own pytest process (its own test root under the
+scratch root, its results read from a JUnit XML file), in a shuffled order. Beside the
+neighbour, `stress-ng` (Debian's package) runs for the module's whole run: one CPU worker
+(the other core is the tests'), one I/O worker (sync(2) in a loop) and one disk writer with
+its files under the scratch root; it is bounded by `--timeout` and stopped with the module.
+
+A failed test is never run again to turn it green: every run of every test is counted as it
+came out. Exits 1 if any test failed or errored in any run. Needs root (as the suite does).
+"""
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# The neighbour's bound: no module of the suite takes this long alone.
+NEIGHBOUR_LIMIT_S = 1800
+
+
+@dataclass
+class Outcomes:
+    """Every run of one test under one condition."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: list[float] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        return self.passed + self.failed
+
+
+def modules(selected: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for name in selected:
+        path = (REPO / name).resolve()
+        if path.is_dir():
+            found += sorted(path.glob("test_*.py"))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise SystemExit(f"flake_hunt: {name}: no such test module or directory")
+    return found
+
+
+@contextlib.contextmanager
+def neighbour(scratch: Path) -> Iterator[None]:
+    """stress-ng on one CPU, sync(2) in a loop and a disk writer, until the block ends."""
+    stress = shutil.which("stress-ng")
+    if stress is None:
+        raise SystemExit("flake_hunt: stress-ng is not installed (deps/apt.txt has it)")
+    where = scratch / "neighbour"
+    where.mkdir(parents=True, exist_ok=True)
+    child = subprocess.Popen(
+        [
+            stress,
+            "--cpu",
+            "1",
+            "--io",
+            "1",
+            "--hdd",
+            "1",
+            "--hdd-bytes",
+            "256M",
+            "--temp-path",
+            str(where),
+            "--timeout",
+            f"{NEIGHBOUR_LIMIT_S}s",
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        process_group=0,
+    )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def run_module(
+    module: Path, scratch: Path, timeout: float
+) -> tuple[list[tuple[str, str, float, str]], float]:
+    """One pytest process for the module: (test id, outcome, seconds, message) per test."""
+    root = Path(tempfile.mkdtemp(prefix="tests-", dir=scratch))
+    report = root / "junit.xml"
+    env = {**os.environ, "LAYERBENCH_TEST_ROOT": str(root / "root")}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={report}",
+                str(module.relative_to(REPO)),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        took = time.monotonic() - started
+        if not report.exists():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+            return [(str(module.relative_to(REPO)), "failed", took, f"no report: {tail[0]}")], took
+        return _read_junit(report), took
+    except subprocess.TimeoutExpired:
+        took = time.monotonic() - started
+        return [(str(module.relative_to(REPO)), "failed", took, f"timed out after {timeout:g} s")], took
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
+    found = []
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        test = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        seconds = float(case.get("time") or 0)
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, message = "failed", (child.get("message") or "").splitlines()[0][:160]
+            elif child.tag == "skipped":
+                outcome, message = "skipped", (child.get("message") or "")[:160]
+        found.append((test, outcome, seconds, message))
+    return found
+
+
+def hunt(
+    selected: list[Path], rounds: int, conditions: list[str], scratch: Path, timeout: float
+) -> tuple[dict[tuple[str, str], Outcomes], float]:
+    results: dict[tuple[str, str], Outcomes] = defaultdict(Outcomes)
+    started = time.monotonic()
+    order = random.Random(1)
+    for number in range(1, rounds + 1):
+        for condition in conditions:
+            shuffled = list(selected)
+            order.shuffle(shuffled)
+            for module in shuffled:
+                around = neighbour(scratch) if condition == "busy" else contextlib.nullcontext()
+                with around:
+                    tests, took = run_module(module, scratch, timeout)
+                bad = sum(1 for _, outcome, _, _ in tests if outcome == "failed")
+                print(
+                    f"round {number}/{rounds} {condition:5} {module.relative_to(REPO)}: "
+                    f"{len(tests)} tests, {bad} failed, {took:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for test, outcome, seconds, message in tests:
+                    seen = results[(test, condition)]
+                    if outcome == "passed":
+                        seen.passed += 1
+                    elif outcome == "skipped":
+                        seen.skipped += 1
+                    else:
+                        seen.failed += 1
+                        seen.messages.append(message)
+                    seen.seconds.append(seconds)
+    return results, time.monotonic() - started
+
+
+def table(results: dict[tuple[str, str], Outcomes], conditions: list[str], total_s: float) -> str:
+    tests = sorted({test for test, _ in results})
+    header = "| test | " + " | ".join(f"passed {c}" for c in conditions) + " | first failure |"
+    lines = [header, "|---|" + "---|" * len(conditions) + "---|"]
+    flaky = [t for t in tests if any(results[(t, c)].failed for c in conditions if (t, c) in results)]
+    for test in flaky + [t for t in tests if t not in flaky]:
+        cells = []
+        for condition in conditions:
+            seen = results.get((test, condition))
+            cells.append(
+                "-" if seen is None else f"{seen.passed}/{seen.ran}" + (" (skipped)" if not seen.ran else "")
+            )
+        messages = [m for c in conditions if (test, c) in results for m in results[(test, c)].messages]
+        lines.append(f"| {test} | " + " | ".join(cells) + f" | {messages[0] if messages else ''} |")
+    runs = sum(seen.ran for seen in results.values())
+    failures = sum(seen.failed for seen in results.values())
+    slowest = sorted(
+        (
+            (statistics.median(seen.seconds), test, condition)
+            for (test, condition), seen in results.items()
+            if seen.seconds
+        ),
+        reverse=True,
+    )[:10]
+    lines += [
+        "",
+        f"{len(tests)} tests, {runs} runs, {failures} failed or errored, {len(flaky)} tests flaky; "
+        f"total {total_s / 60:.1f} min",
+        "",
+        "Slowest tests (median seconds of a run):",
+        "",
+    ]
+    lines += [f"- {seconds:.1f} s  {test} ({condition})" for seconds, test, condition in slowest]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--modules", nargs="+", default=["tests/e2e"])
+    parser.add_argument("--neighbour", choices=["both", "alone", "busy"], default="both")
+    parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-flakes"))
+    parser.add_argument("--timeout", type=float, default=1500, help="seconds one module may take")
+    parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("flake_hunt: the suite's end-to-end tests need root", file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print("flake_hunt: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    conditions = ["alone", "busy"] if args.neighbour == "both" else [args.neighbour]
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        results, total = hunt(modules(args.modules), args.rounds, conditions, args.scratch, args.timeout)
+    finally:
+        with contextlib.suppress(OSError):
+            args.scratch.rmdir()  # only when empty: never a directory that holds anything else
+    text = table(results, conditions, total)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 1 if any(seen.failed for seen in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
