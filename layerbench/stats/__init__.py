@@ -81,6 +81,7 @@ class Summary:
     alpha: float = ALPHA
     median_ratio: float | None = None  # ratio of the two medians, for reference
     reps_to_decide: int | None = None  # inconclusive: about this many repetitions would decide
+    bound: str | None = None  # not significant: how far either way the interval allows
 
     @property
     def significant(self) -> bool:
@@ -183,10 +184,12 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
         row.verdict = f"undecidable with {row.n} repetitions"
     elif margin > 0 and 1 - margin <= row.ratio_ci_low and row.ratio_ci_high <= 1 + margin:
         row.decision = "equivalent"
-        row.verdict = f"equivalent (within ±{margin:.0%})"
+        row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
+        row.verdict = f"equivalent (within ±{margin:.0%}): {row.bound}"
     else:
         row.decision = "inconclusive"
         row.reps_to_decide = _reps_to_decide(row.n, fit.estimate, low, high, margin)
+        row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
         wider = f"wider than ±{margin:.0%}" if margin > 0 else "includes 1"
         more = (
             f"about {row.reps_to_decide} repetitions would decide it"
@@ -194,6 +197,20 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
             else "more repetitions needed"
         )
         row.verdict = f"inconclusive: [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] is {wider}, {more}"
+
+
+def _bound(metric: str, low: float, high: float) -> str:
+    """What an interval that holds 1 still allows, in the words of the metric's direction:
+    "at most 4% slower, at most 3% faster" for [0.97, 1.04] of a time."""
+    worse, better = _direction(metric, 1.0), _direction(metric, -1.0)
+    up, down = high - 1, 1 - low
+    return f"at most {_share(up)} {worse}, at most {_share(down)} {better}"
+
+
+def _share(value: float) -> str:
+    if not math.isfinite(value):
+        return "any amount"
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
 
 
 def _reps_to_decide(n: int, estimate: float, low: float, high: float, margin: float) -> int | None:
