@@ -102,7 +102,8 @@ experiments = Table(
 
 
 @functools.cache
-def _runs_for(names: tuple[str, ...]) -> Table:
+def runs_with(names: tuple[str, ...]) -> Table:
+    """The runs table with these metric columns."""
     # Its own MetaData: one runs table per set of registered metrics (a test may register more).
     return Table(
         "runs",
@@ -129,7 +130,7 @@ def _runs_for(names: tuple[str, ...]) -> Table:
 
 def runs() -> Table:
     """The runs table with a column per metric registered now."""
-    return _runs_for(tuple(metrics.column_names()))
+    return runs_with(tuple(metrics.column_names()))
 
 
 experiment_facts = Table(
