@@ -3,7 +3,8 @@
 Alembic's migrations (migrations/) create and upgrade it in a file or a database; the
 tables here name the same columns (tests/test_migrate.py checks that they agree). The runs
 table's metric columns come from the metric registry: a counter registered later gets its
-column when a store opens (`ensure_metric_columns`), empty for the runs stored before it.
+column when a store opens for writing (`ensure_metric_columns`), empty for the runs stored
+before it; a store opened read-only reads it as empty.
 """
 
 import functools
