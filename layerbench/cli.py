@@ -41,7 +41,7 @@ from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
-from layerbench.store import Location, Store, locate
+from layerbench.store import Location, NoResults, Store, locate, migrate
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = "layerbench.db"
@@ -168,6 +168,11 @@ def _parser() -> argparse.ArgumentParser:
     clean = commands.add_parser("clean", help="remove what a crashed run left in the scratch root")
     clean.add_argument("--scratch", type=Path, default=DEFAULT_ROOT)
     clean.add_argument("--db", type=str, default=DEFAULT_DB, help="mark its killed experiments interrupted")
+
+    migrating = commands.add_parser(
+        "migrate", help="upgrade a results file of an older layerbench (an SQLite file after a backup)"
+    )
+    migrating.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     return parser
 
 
@@ -228,14 +233,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         warnings.append(f"mounts are in the host's namespace: {reason}")
     # Stored with the experiment; printed once the input is known good (bad input: one line).
     noise = doctor.warnings_before_run(args.scratch, plan)
+    if args.resume is not None and not args.db.exists():
+        raise UserError(f"{args.db}: no results database to resume from")
+    # Bad input is refused before anything is written: a scratch root that may not be one
+    # before the store is made, a --db that is not layerbench's before the scratch root is.
+    check_root(args.scratch)
+    store = _open_for_writing(args.db, create=args.resume is None)
     scratch = Scratch(args.scratch)
     scratch.lock("layerbench run")
     try:
         if not _recovered(scratch):
             return 1
-        if args.resume is not None and not args.db.exists():
-            raise UserError(f"{args.db}: no results database to resume from")
-        store = Store(args.db)
         for ident in store.mark_running_interrupted():
             console.print(f"experiment {ident} was killed; marked interrupted")
         executor = LocalExecutor(scratch, allowed_devices=frozenset(args.allow_device), force=args.force)
@@ -254,6 +262,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         scratch.tidy()
         scratch.unlock()
+
+
+def _open_for_writing(db: Location, *, create: bool = True) -> Store:
+    """The store for run and clean; when an older one was upgraded, the user is told so."""
+    store = Store(db, create=create)
+    if store.upgraded is not None:
+        console.print(escape(_upgraded_line(store)))
+    return store
+
+
+def _upgraded_line(store: Store) -> str:
+    assert store.upgraded is not None
+    upgrade = store.upgraded
+    line = f"{store.location}: upgraded from {upgrade.before} to {upgrade.after}"
+    if upgrade.backup is None:
+        return line + " in one transaction"
+    return line + f"; the file as it was is kept in {upgrade.backup}"
 
 
 def _recovered(scratch: Scratch) -> bool:
@@ -324,7 +349,7 @@ def cmd_run_fleet(args: argparse.Namespace) -> int:
     if args.resume is not None and (args.plan or args.reps or args.quick or args.hosts):
         raise UserError("--resume takes the plan and the host stored with the experiment; give neither")
     plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
-    store = Store(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
+    store = _open_for_writing(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
     hosts.connect(args.fleet)
     chosen = [] if args.resume is not None else hosts.select(args.hosts)
     display = FleetDisplay(quiet=args.quiet)
@@ -450,7 +475,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    store = Store(_existing_db(args.db))
+    store = Store(args.db, read_only=True)
     ident = args.experiment if args.experiment is not None else store.latest_experiment_id()
     if ident is None:
         raise UserError(f"{args.db}: holds no experiment yet")
@@ -485,12 +510,6 @@ def _emit(document: str, output: Path | None) -> int:
     return 0
 
 
-def _existing_db(location: Location) -> Location:
-    if not location.exists():
-        raise UserError(f"{location}: no results database; run `layerbench run` first")
-    return location
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.fleet is not None:
         if args.a is not None or args.b is not None or args.db_b is not None:
@@ -498,15 +517,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _compare_fleet(args)
     if args.a is None or args.b is None:
         raise UserError("compare: give experiments A and B, or --fleet FLEET")
-    side_a = load_side(_existing_db(args.db), args.a)
-    side_b = load_side(_existing_db(args.db_b or args.db), args.b)
+    side_a = load_side(args.db, args.a)
+    side_b = load_side(args.db_b or args.db, args.b)
     return _emit(comparison_formats.FORMATS[args.format](compare(side_a, side_b)), args.output)
 
 
 def _compare_fleet(args: argparse.Namespace) -> int:
     from layerbench.compare import compare_fleet
 
-    record, comparisons = compare_fleet(_existing_db(args.db), args.fleet)
+    record, comparisons = compare_fleet(args.db, args.fleet)
     render = comparison_formats.FORMATS[args.format]
     if args.format == "json":
         documents = [json.loads(render(c)) for c in comparisons]
@@ -520,9 +539,12 @@ def _compare_fleet(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    db = _existing_db(args.db)
-    records = trends(db, Store(db).history())
-    return _emit(history_formats.FORMATS[args.format](records), None)
+    store = Store(args.db, read_only=True)
+    try:
+        experiments = store.history()
+    finally:
+        store.close()
+    return _emit(history_formats.FORMATS[args.format](trends(args.db, experiments)), None)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -558,6 +580,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UserError("layerbench clean needs root to unmount; run it as root")
+    # First: a --db that is not layerbench's is refused before the scratch root is touched.
+    # Clean never makes a store: a missing file or an empty database has nothing to mark.
+    try:
+        store: Store | None = _open_for_writing(args.db, create=False)
+    except NoResults:
+        store = None
     if not args.scratch.exists():
         out.print(f"nothing to clean: {args.scratch} does not exist")
         return 0
@@ -569,13 +597,24 @@ def cmd_clean(args: argparse.Namespace) -> int:
         scratch.unlock()
     for line in recovery.removed:
         print(line)  # one line each, never wrapped: scripts read them
-    if args.db.exists():
-        for ident in Store(args.db).mark_running_interrupted():
+    if store is not None:
+        for ident in store.mark_running_interrupted():
             out.print(f"experiment {ident} marked interrupted")
     out.print(f"clean: {len(recovery.removed)} leftover(s) removed from {scratch.root}")
     for line in recovery.problems:
         print(f"clean: cannot remove {line}", file=sys.stderr)
     return 1 if recovery.problems else 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """An older store upgraded on purpose, and what was done said."""
+    store = Store(args.db, create=False)
+    store.close()
+    if store.upgraded is None:
+        print(f"{args.db}: already at revision {migrate.head()}, this layerbench's; nothing to do")
+    else:
+        print(_upgraded_line(store))
+    return 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -609,6 +648,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "selftest": cmd_selftest,
     "host": cmd_host,
+    "migrate": cmd_migrate,
 }
 
 

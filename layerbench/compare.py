@@ -185,7 +185,7 @@ def host_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, An
 
 
 def load_side(db: "Path | Location", experiment_id: int | None) -> Side:
-    store = Store(db)
+    store = Store(db, read_only=True)
     try:
         ident = experiment_id if experiment_id is not None else store.latest_experiment_id()
         if ident is None:
@@ -280,7 +280,7 @@ def trends(db: "Path | Location", records: list[dict[str, Any]]) -> list[dict[st
 def compare_fleet(db: "Path | Location", fleet: str) -> tuple[dict[str, Any], list[Comparison]]:
     """Every host of a fleet against its reference host (the first one named), same plan and
     seed on each: what differs is the machine, and the host differences say how."""
-    store = Store(db)
+    store = Store(db, read_only=True)
     try:
         record = store.fleet(fleet)
     finally:

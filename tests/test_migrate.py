@@ -26,7 +26,11 @@ def test_a_file_of_the_landed_main_migrates_in_place_and_reports_the_same_figure
     shutil.copy(LANDED, copy)
     before = sqlite3.connect(copy).execute("SELECT name FROM sqlite_master WHERE name = 'alembic_version'")
     assert before.fetchall() == []
-    store = Store(copy)
+    as_it_was = list(sqlite3.connect(copy).iterdump())
+    store = Store(copy)  # opened for writing, as `run` opens it
+    assert store.upgraded is not None and store.upgraded.before == "pre-migration schema 1"
+    assert store.upgraded.backup is not None and store.upgraded.backup.parent == tmp_path
+    assert list(sqlite3.connect(store.upgraded.backup).iterdump()) == as_it_was
     document = json.loads(reports.render(reports.gather(store, 1), "json"))
     expected = json.loads((FIXTURES / "landed-main-2026-12-01.summary.json").read_text())
     assert document["summary"] == expected["summary"]
@@ -36,7 +40,8 @@ def test_a_file_of_the_landed_main_migrates_in_place_and_reports_the_same_figure
     connection = sqlite3.connect(copy)
     assert connection.execute("SELECT version_num FROM alembic_version").fetchone()[0] == migrate.head()
     assert connection.execute("SELECT value FROM meta").fetchone()[0] == str(schema.SCHEMA_VERSION)
-    Store(copy).close()  # a second open finds it at head and changes nothing
+    again = Store(copy)  # a second open finds it at head and changes nothing
+    assert again.upgraded is None and len(list(tmp_path.glob("landed.db.*.bak"))) == 1
 
 
 def test_the_migrations_make_the_tables_the_store_reads_and_writes(store_location: str) -> None:
@@ -118,6 +123,9 @@ def test_bad_database_urls_get_one_line_and_exit_2_without_the_password(postgres
 def test_a_role_without_the_right_to_create_the_schema_gets_one_line(postgres_cluster) -> None:
     postgres_cluster.admin("CREATE ROLE reader LOGIN")
     postgres_cluster.create_database("locked")
+    with pytest.raises(UserError, match="permission denied for schema public"):
+        Store(postgres_cluster.url("locked", user="reader"))
+    # A command that only reads creates nothing, so it needs no such right.
     done = cli("history", "--db", postgres_cluster.url("locked", user="reader"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "permission denied for schema public" in done.stderr
+    assert "holds no layerbench results" in done.stderr

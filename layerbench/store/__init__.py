@@ -5,38 +5,59 @@ Each run is committed as soon as it finishes, so an interrupted experiment keeps
 finished run. On SQLite, WAL mode keeps the file consistent if the process is killed
 mid-write and one writer at a time holds its lock; PostgreSQL takes many writers at once
 (the hosts of a fleet). The schema is defined once (schema.py) and created or upgraded by
-Alembic (migrate.py) when a store opens.
+Alembic (migrate.py).
+
+A store opens one of two ways. Read-only (report, compare, history): an SQLite file in SQLite's
+read-only mode, PostgreSQL in read-only transactions; nothing is created, migrated or written,
+and a store of an older layerbench is refused with the command that upgrades it. For writing
+(run): the schema is created in an empty database and a store of an older layerbench is
+upgraded, an SQLite file after a backup beside it. Either way a database of another program
+(tables, no layerbench metadata) is refused before anything touches it.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import socket
+import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
+from layerbench import metrics
 from layerbench.errors import UserError
 from layerbench.sentinel import Sample
-from layerbench.store import migrate
-from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns
+from layerbench.store import migrate, schema
+from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
 from layerbench.store.schema import fleets as fleets_table
-from layerbench.store.schema import runs as current_runs
 from layerbench.store.schema import samples as samples_table
 from layerbench.store.schema import sentinels as sentinels_table
 
 if TYPE_CHECKING:
     from layerbench.executors.base import TrialResult
 
-__all__ = ["SAMPLE_COLUMNS", "SCHEMA_VERSION", "Location", "Store", "locate", "now", "run_columns"]
+__all__ = [
+    "SAMPLE_COLUMNS",
+    "SCHEMA_VERSION",
+    "Location",
+    "NoResults",
+    "Store",
+    "Upgrade",
+    "locate",
+    "now",
+    "run_columns",
+]
 
 _SCHEMES = ("sqlite", "postgresql")
 
@@ -65,6 +86,10 @@ class Location:
     @property
     def is_sqlite(self) -> bool:
         return self.path is not None
+
+    @property
+    def noun(self) -> str:
+        return "results file" if self.is_sqlite else "results database"
 
     def exists(self) -> bool:
         """A file must exist to be read; a database server is asked when opened."""
@@ -103,7 +128,17 @@ def locate(where: "str | Path | Location") -> Location:
     return Location(url)
 
 
-def _engine(location: Location) -> Engine:
+def _engine(location: Location, *, read_only: bool = False) -> Engine:
+    if location.is_sqlite and read_only:
+        # SQLite's own read-only mode (a URI filename): the file is never created or written,
+        # whatever is executed through this engine.
+        assert location.path is not None
+        url = URL.create(
+            "sqlite+pysqlite",
+            database=f"file:{quote(str(location.path))}",
+            query={"mode": "ro", "uri": "true"},
+        )
+        return create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
     if location.is_sqlite:
         # A fleet's head writes from a thread per host: SQLite's lock keeps one writer at a time.
         engine = create_engine(location.url, connect_args={"timeout": 30, "check_same_thread": False})
@@ -116,7 +151,32 @@ def _engine(location: Location) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(location.url, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
+    arguments: dict[str, Any] = {"connect_timeout": 10}
+    if read_only:
+        # Set when the session starts (libpq's options), so no rollback or reset undoes it:
+        # every transaction of the session is read-only.
+        given = location.url.query.get("options", "")
+        arguments["options"] = f"{given} -c default_transaction_read_only=on".strip()
+    return create_engine(location.url, connect_args=arguments, pool_pre_ping=True)
+
+
+def _backup(path: Path, found: migrate.Found) -> Path:
+    """A copy of an SQLite store beside it, named with its revision and the date, taken through
+    SQLite (the file's WAL may hold committed runs the file itself does not yet)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.{found.revision_label()}-{stamp}.bak")
+    for attempt in range(2, 100):
+        try:
+            target.touch(exist_ok=False)  # never over an earlier backup
+            break
+        except FileExistsError:
+            target = path.with_name(f"{path.name}.{found.revision_label()}-{stamp}-{attempt}.bak")
+    shutil.copymode(path, target)  # results may be private: the copy is no less so
+    source = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+    copy = sqlite3.connect(target)
+    with contextlib.closing(source), contextlib.closing(copy):
+        source.backup(copy)
+    return target
 
 
 def _first_line(exc: BaseException) -> str:
@@ -124,23 +184,97 @@ def _first_line(exc: BaseException) -> str:
     return (str(original).strip().splitlines() or [type(original).__name__])[0]
 
 
+class NoResults(UserError):
+    """Nothing to read: a missing SQLite file, or a database without a table."""
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """An older store brought to this layerbench's schema when it opened for writing."""
+
+    before: str  # e.g. "revision 0001"
+    after: str
+    backup: Path | None  # the SQLite file as it was
+
+
 class Store:
-    def __init__(self, where: "str | Path | Location") -> None:
+    """A results store, opened read-only or for writing (see the module's docstring).
+
+    read_only: never creates, migrates or writes; the store must be layerbench's and current.
+    create: for writing, an empty database (or a missing SQLite file) gets the schema; without
+    it, one is refused as holding no results.
+    """
+
+    def __init__(
+        self, where: "str | Path | Location", *, read_only: bool = False, create: bool = True
+    ) -> None:
         self.location = locate(where)
         self.path = self.location  # how messages name the store
-        self.engine = _engine(self.location)
+        self.read_only = read_only
+        self.upgraded: Upgrade | None = None
+        # The metric columns a read-only store has: a counter registered since it was
+        # written has none (its values read as None). Writing, every one is made.
+        self._metric_columns: tuple[str, ...] | None = None
+        reader = _engine(self.location, read_only=True)
+        self.engine = reader
         try:
+            found = self._survey(reader, may_be_missing=create and not read_only)
+            if read_only:
+                self._check_readable(found)
+                with reader.connect() as connection:
+                    present = {c["name"] for c in inspect(connection).get_columns("runs")}
+                self._metric_columns = tuple(n for n in metrics.column_names() if n in present)
+                return
+            reader.dispose()
+            if found.is_empty and not create:
+                raise NoResults(f"{self.location}: holds no layerbench results")
+            backup = None
+            if self.location.is_sqlite and found.is_layerbench and not found.is_current:
+                assert self.location.path is not None
+                backup = _backup(self.location.path, found)
+            self.engine = _engine(self.location)
             with self.engine.begin() as connection:
                 migrate.upgrade(connection)
+            if found.is_layerbench and not found.is_current:
+                self.upgraded = Upgrade(found.describe_revision(), f"revision {migrate.head()}", backup)
+        except migrate.NotLayerbench as exc:
+            self.engine.dispose()
+            raise UserError(
+                f"{self.location}: not a layerbench {self.location.noun}: it holds {exc} and no "
+                "layerbench metadata; left as it is (check --db)"
+            ) from None
         except migrate.NewerSchema as exc:
             self.engine.dispose()
             raise UserError(
-                f"results database {self.location}: written by a newer layerbench ({exc}); "
+                f"{self.location.noun} {self.location}: written by a newer layerbench ({exc}); "
                 "use that version, or another --db"
             ) from None
-        except (SQLAlchemyError, DBAPIError) as exc:
+        except UserError:
             self.engine.dispose()
-            raise UserError(f"results database {self.location}: {_first_line(exc)}") from None
+            raise
+        except (SQLAlchemyError, DBAPIError, sqlite3.Error, OSError) as exc:
+            self.engine.dispose()
+            raise UserError(f"{self.location.noun} {self.location}: {_first_line(exc)}") from None
+
+    def _survey(self, reader: Engine, *, may_be_missing: bool) -> migrate.Found:
+        """What the database holds, refused if no layerbench may open it; read-only."""
+        if self.location.is_sqlite and not self.location.exists():
+            if may_be_missing:
+                return migrate.EMPTY  # run makes it
+            raise NoResults(f"{self.location}: no results database; run `layerbench run` first")
+        with reader.connect() as connection:
+            found = migrate.survey(connection)
+        migrate.check(found)
+        return found
+
+    def _check_readable(self, found: migrate.Found) -> None:
+        if found.is_empty:
+            raise NoResults(f"{self.location}: holds no layerbench results; `layerbench run` stores some")
+        if not found.is_current:
+            raise UserError(
+                f"{self.location}: this {self.location.noun} is from an older layerbench "
+                f"({found.describe_revision()}); `layerbench migrate` with the same --db upgrades it"
+            )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -150,6 +284,12 @@ class Store:
         """One transaction, committed at the end of the block."""
         with self.engine.begin() as connection:
             yield connection
+
+    def _runs(self) -> Table:
+        """The runs table: a column per metric registered now, or those a read-only store has."""
+        if self._metric_columns is None:
+            return schema.runs()
+        return runs_with(self._metric_columns)
 
     def _read(self, statement: Any) -> list[dict[str, Any]]:
         with self.engine.connect() as connection:
@@ -249,7 +389,7 @@ class Store:
             "facts_json": json.dumps(facts),
         }
         with self._write() as connection:  # the run and its samples land together
-            run_id = connection.execute(current_runs().insert().values(values)).inserted_primary_key[0]
+            run_id = connection.execute(self._runs().insert().values(values)).inserted_primary_key[0]
             if samples:
                 connection.execute(
                     samples_table.insert(),
@@ -362,11 +502,13 @@ class Store:
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
         rows = self._read(
-            select(table := current_runs())
+            select(table := self._runs())
             .where(table.c.experiment_id == experiment_id)
             .order_by(table.c.trial)
         )
         for record in rows:
+            for name in metrics.column_names():
+                record.setdefault(name, None)  # a counter registered since the store was written
             record["devices"] = json.loads(record.pop("devices_json"))
             record["facts"] = json.loads(record.pop("facts_json"))
             record["warmup"] = bool(record["warmup"])
@@ -374,7 +516,7 @@ class Store:
 
     def run_count(self, experiment_id: int) -> int:
         with self.engine.connect() as connection:
-            statement = select(func.count()).where(current_runs().c.experiment_id == experiment_id)
+            statement = select(func.count()).where(self._runs().c.experiment_id == experiment_id)
             return int(connection.execute(statement).scalar_one())
 
     def sentinels(self, experiment_id: int) -> list[Sample]:
@@ -394,7 +536,7 @@ class Store:
         series: dict[int, list[dict[str, Any]]] = {}
         statement = (
             select(samples_table)
-            .join(runs := current_runs(), runs.c.id == samples_table.c.run_id)
+            .join(runs := self._runs(), runs.c.id == samples_table.c.run_id)
             .where(runs.c.experiment_id == experiment_id)
             .order_by(samples_table.c.run_id, samples_table.c.t_s)
         )
@@ -406,10 +548,7 @@ class Store:
         """Every experiment with its host and what it ran, oldest first."""
         e = experiments_table
         count = (
-            select(func.count())
-            .where(current_runs().c.experiment_id == e.c.id)
-            .scalar_subquery()
-            .label("runs")
+            select(func.count()).where(self._runs().c.experiment_id == e.c.id).scalar_subquery().label("runs")
         )
         statement = select(
             e.c.id,

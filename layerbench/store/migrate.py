@@ -1,8 +1,15 @@
-"""Create or upgrade a store's schema with Alembic, on an open connection.
+"""What a database holds, and creating or upgrading a store's schema there with Alembic.
+
+Before anything is written, `survey` looks (through a read-only connection) at what the
+database holds and `check` refuses what no layerbench may open: a database of another program
+(tables, none of them layerbench's metadata) and a store of a newer layerbench. Every store
+layerbench ever made has a `meta` table with a `schema_version` row: that is its mark.
 
 A file from before the migrations (meta schema_version 1, no alembic_version) is stamped
 with the first revision, then upgraded in place like any other."""
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -16,10 +23,54 @@ from layerbench import metrics
 from layerbench.store import schema
 
 _SCRIPTS = Path(__file__).parent / "migrations"
+# PostgreSQL's own schemas: a database whose tables are all in these is empty to us.
+_SYSTEM_SCHEMAS = ("information_schema", "pg_catalog", "pg_toast")
 
 
-class NewerSchema(Exception):
+class Refused(Exception):
+    """No layerbench may open this database; the text says what was found."""
+
+
+class NotLayerbench(Refused):
+    """The database holds tables of another program and none of layerbench's metadata."""
+
+
+class NewerSchema(Refused):
     """The store was written by a newer layerbench."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a database holds, seen before anything is written to it."""
+
+    # Tables and views of every user schema; on PostgreSQL those beyond the default one qualified.
+    tables: tuple[str, ...]
+    schema_version: int | None = None  # meta's: present on every store layerbench made
+    revision: str | None = None  # Alembic's; None on a file from before the migrations
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.tables
+
+    @property
+    def is_layerbench(self) -> bool:
+        return self.schema_version is not None
+
+    @property
+    def is_current(self) -> bool:
+        return self.revision == head()
+
+    def describe_revision(self) -> str:
+        if self.revision is None:
+            return f"pre-migration schema {self.schema_version}"
+        return f"revision {self.revision}"
+
+    def revision_label(self) -> str:
+        """The revision, short enough for a file name."""
+        return self.revision or f"schema{self.schema_version}"
+
+
+EMPTY = Found(tables=())
 
 
 def _config(connection: Connection) -> Config:
@@ -29,31 +80,72 @@ def _config(connection: Connection) -> Config:
     return config
 
 
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory(str(_SCRIPTS))
+
+
 def head() -> str:
-    return ScriptDirectory(str(_SCRIPTS)).get_current_head() or ""
+    return _scripts().get_current_head() or ""
+
+
+def survey(connection: Connection) -> Found:
+    """What the database holds; reads only."""
+    inspector = inspect(connection)
+    if connection.dialect.name == "postgresql":
+        # Every schema, not only the default: a database of another program may keep its
+        # tables elsewhere, and is not ours to add tables to either way.
+        default = inspector.default_schema_name
+        tables = [
+            name if owner == default else f"{owner}.{name}"
+            for owner in inspector.get_schema_names()
+            if owner not in _SYSTEM_SCHEMAS and not owner.startswith("pg_")
+            for name in (*inspector.get_table_names(owner), *inspector.get_view_names(owner))
+        ]
+    else:
+        tables = [*inspector.get_table_names(), *inspector.get_view_names()]
+    found = Found(tables=tuple(sorted(tables)))
+    if "meta" in tables:
+        row = connection.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).first()
+        if row is not None and str(row[0]).isdigit():
+            found = Found(found.tables, schema_version=int(row[0]))
+    if found.is_layerbench and "alembic_version" in tables:
+        revision = MigrationContext.configure(connection).get_current_revision()
+        found = Found(found.tables, found.schema_version, revision)
+    return found
+
+
+def check(found: Found) -> None:
+    """Raise Refused when no layerbench may open a database holding this."""
+    if not found.is_empty and not found.is_layerbench:
+        shown = ", ".join(found.tables[:5])
+        if found.tables[5:]:
+            shown += f" and {len(found.tables) - 5} more"
+        noun = "table" if len(found.tables) == 1 else "tables"
+        raise NotLayerbench(f"{noun} {shown}")
+    if found.schema_version is not None and found.schema_version > schema.SCHEMA_VERSION:
+        raise NewerSchema(f"schema {found.schema_version}, this one reads up to {schema.SCHEMA_VERSION}")
+    known = {s.revision for s in _scripts().walk_revisions()}
+    if found.revision is not None and found.revision not in known:
+        raise NewerSchema(f"revision {found.revision}, this one knows up to {head()}")
 
 
 def upgrade(connection: Connection) -> None:
-    """The schema at this layerbench's head revision, with a column per registered metric."""
-    inspector = inspect(connection)
-    tables = set(inspector.get_table_names())
+    """The schema at this layerbench's head revision, with a column per registered metric, in
+    an empty database or a store of layerbench's (checked again here, in the transaction that
+    writes: what was surveyed before may have changed)."""
+    found = survey(connection)
+    check(found)
     config = _config(connection)
-    scripts = ScriptDirectory.from_config(config)
-    if "meta" in tables:
-        row = connection.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).first()
-        if row is not None and int(row[0]) > schema.SCHEMA_VERSION:
-            raise NewerSchema(f"schema {row[0]}, this one reads up to {schema.SCHEMA_VERSION}")
-    current = MigrationContext.configure(connection).get_current_revision()
-    if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
-        raise NewerSchema(f"revision {current}, this one knows up to {scripts.get_current_head()}")
-    if current is None and "experiments" in tables:
+    current = found.revision
+    if current is None and found.is_layerbench:
         # A file of the landed main, before migrations. It made its tables as it first needed
         # them: an older one lacks the later ones, which 0001 has.
         later = [schema.meta, schema.experiment_facts, schema.samples, schema.sentinels]
-        schema.metadata.create_all(connection, tables=[t for t in later if t.name not in tables])
+        schema.metadata.create_all(connection, tables=[t for t in later if t.name not in found.tables])
         command.stamp(config, "0001")
         current = "0001"
-    if current != scripts.get_current_head():
+    if current != head():
         command.upgrade(config, "head")
     ensure_metric_columns(connection)
 

@@ -3,7 +3,8 @@
 Alembic's migrations (migrations/) create and upgrade it in a file or a database; the
 tables here name the same columns (tests/test_migrate.py checks that they agree). The runs
 table's metric columns come from the metric registry: a counter registered later gets its
-column when a store opens (`ensure_metric_columns`), empty for the runs stored before it.
+column when a store opens for writing (`ensure_metric_columns`), empty for the runs stored
+before it; a store opened read-only reads it as empty.
 """
 
 import functools
@@ -102,7 +103,8 @@ experiments = Table(
 
 
 @functools.cache
-def _runs_for(names: tuple[str, ...]) -> Table:
+def runs_with(names: tuple[str, ...]) -> Table:
+    """The runs table with these metric columns."""
     # Its own MetaData: one runs table per set of registered metrics (a test may register more).
     return Table(
         "runs",
@@ -129,7 +131,7 @@ def _runs_for(names: tuple[str, ...]) -> Table:
 
 def runs() -> Table:
     """The runs table with a column per metric registered now."""
-    return _runs_for(tuple(metrics.column_names()))
+    return runs_with(tuple(metrics.column_names()))
 
 
 experiment_facts = Table(
