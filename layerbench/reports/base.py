@@ -162,8 +162,10 @@ class ReportData:
         return stats.design_note(self.summaries)
 
     def host_state_lines(self) -> list[str]:
-        """The settle wait and the drift sentinel, a line each where they ran."""
+        """Where the experiment's time went, the settle wait and the drift sentinel, a line
+        each where they ran."""
         lines = [
+            host_state.time_share_line(self.experiment, self.runs),
             host_state.settle_line(self.runs),
             host_state.sentinel_line(self.experiment, self.sentinels),
         ]

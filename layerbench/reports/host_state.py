@@ -80,6 +80,21 @@ def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) ->
     return line + (f", {100 * cost / total:.1f} % of the experiment" if total else "")
 
 
+def time_share_line(experiment: dict[str, Any], runs: list[dict[str, Any]]) -> str | None:
+    """How much of the experiment's time its timed runs took: the rest (building stacks,
+    preparing, dropping caches, settling, tearing down) buys no repetition."""
+    total = _seconds_between(experiment.get("started"), experiment.get("finished"))
+    timed = [r for r in runs if r["status"] == "ok"]
+    if not total or not timed:
+        return None
+    in_runs = sum(float(r["wall_s"]) for r in timed)
+    untimed = (total - in_runs) / len(runs)
+    return (
+        f"time in timed runs: {in_runs:.0f} s of {total:.0f} s ({100 * in_runs / total:.0f} %); "
+        f"the rest is {untimed:.2f} s per trial of building, preparing, settling and tearing down"
+    )
+
+
 def drift_warning(samples: list[sentinel.Sample]) -> str | None:
     return drift.sentence(drift.within(samples), where="during the experiment (later half against earlier)")
 

@@ -1,0 +1,23 @@
+from layerbench.reports import host_state
+
+
+def _run(wall_s: float, status: str = "ok") -> dict[str, object]:
+    return {"status": status, "wall_s": wall_s, "facts": {}}
+
+
+def test_the_share_of_time_in_timed_runs() -> None:
+    experiment = {"started": "2026-12-02T10:00:00+00:00", "finished": "2026-12-02T10:01:40+00:00"}
+    runs = [_run(30.0), _run(40.0), _run(0.0, "failed"), _run(5.0)]
+    line = host_state.time_share_line(experiment, runs)
+    # 75 s of 100 s in the three runs that ran; 25 s over 4 trials outside them.
+    assert line == (
+        "time in timed runs: 75 s of 100 s (75 %); the rest is 6.25 s per trial of building, "
+        "preparing, settling and tearing down"
+    )
+
+
+def test_no_share_while_the_experiment_runs() -> None:
+    assert (
+        host_state.time_share_line({"started": "2026-12-02T10:00:00+00:00", "finished": None}, [_run(1)])
+        is None
+    )
