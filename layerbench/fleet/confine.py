@@ -223,7 +223,7 @@ class Confinement:
         return []
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Kill every process in the group, then remove it."""
+        """Kill every process in the group, then remove it (and the parent, once empty)."""
         deadline = time.monotonic() + timeout
         while (pids := self.pids()) and time.monotonic() < deadline:
             for pid in pids:
@@ -236,6 +236,8 @@ class Confinement:
             except OSError as exc:
                 if exc.errno != errno.EBUSY:
                     raise
+        with contextlib.suppress(OSError):  # another fleet's group is still there
+            self.group.parent.rmdir()
 
 
 @dataclass(frozen=True)
