@@ -191,7 +191,7 @@ class Confinement:
     def create(cls, name: str, bind: str) -> "Confinement":
         address = parse_bind(bind)
         if os.geteuid() != 0:
-            raise UserError(f"layerbench host {name.split('-')[0]}: keeping Ray to --bind takes root")
+            raise UserError(f"--bind {bind}: keeping Ray to it takes root (a cgroup and its BPF filter)")
         group = _unified_mount() / PARENT / name
         if group.exists():
             if (group / "cgroup.procs").read_text().strip():

@@ -239,6 +239,7 @@ def _start_ray(
     its processes' listening sockets are steady, every one of them is checked to be on
     bind. Anything else: those processes are stopped, and the command refuses."""
     confinement = confine.Confinement.create(group_name, bind)
+    bind = confinement.bind  # as Ray and /proc/net write it
     try:
         done = subprocess.run(
             [sys.executable, "-c", _RAY_START, f"--node-ip-address={bind}", *options],
