@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -49,6 +48,17 @@ DB_HELP = "results: an SQLite file, or a database URL (postgresql://USER@HOST/DB
 console = Console(stderr=True, highlight=False)
 # Reports are wide: when piped or redirected, do not squeeze them into 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _credentials_option(parser: argparse.ArgumentParser, what: str = "") -> None:
+    from layerbench.fleet.credentials import DEFAULT
+
+    parser.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="DIR",
+        help=f"{what}the fleet's credentials, a directory of mode 0700 (default: {DEFAULT})",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,23 +104,33 @@ def _parser() -> argparse.ArgumentParser:
         help="run on the hosts of the Ray cluster at HEAD (HOST:PORT), one experiment each",
     )
     run.add_argument("--hosts", help="with --fleet: the hosts, by name, comma-separated (default: all)")
+    _credentials_option(run, "with --fleet: ")
 
     hosting = commands.add_parser("host", help="the hosts of a fleet: start its head, join it, list them")
     host_commands = hosting.add_subparsers(dest="host_command", required=True, metavar="HOST_COMMAND")
     starting = host_commands.add_parser(
         "head", help="start a fleet's head on this machine (Ray, no dashboard)"
     )
-    starting.add_argument("--bind", required=True, help="the address of the private interface to listen on")
+    starting.add_argument(
+        "--bind", required=True, help="the address of the private interface to listen on (only there)"
+    )
     starting.add_argument("--port", type=int, default=6379)
+    _credentials_option(starting, "created there if it holds none: ")
     joining = host_commands.add_parser("join", help="make this machine a host of the fleet at HEAD (as root)")
     joining.add_argument("head", help="the head's HOST:PORT, given explicitly")
     joining.add_argument(
         "--name", default=platform.node(), help="the host's name in the fleet (default: hostname)"
     )
     joining.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="its scratch root")
-    joining.add_argument("--bind", help="the address of this machine's private interface")
+    joining.add_argument(
+        "--bind",
+        help="the address of this machine's private interface, to listen on only "
+        "(default: its address on the route to the head)",
+    )
+    _credentials_option(joining, "a copy of the head's: ")
     listing = host_commands.add_parser("list", help="the joined hosts, what they are, whether busy")
     listing.add_argument("head", help="the head's HOST:PORT")
+    _credentials_option(listing)
 
     check = commands.add_parser("check", help="validate a plan and show its trials, without running")
     check.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
@@ -221,6 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_run_fleet(args)
     if args.hosts is not None:
         raise UserError("--hosts: only with --fleet HEAD")
+    if args.credentials is not None:
+        raise UserError("--credentials: only with --fleet HEAD")
     if args.resume is not None and (args.plan or args.reps or args.quick):
         raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
     plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
@@ -344,13 +366,13 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
 
 def cmd_run_fleet(args: argparse.Namespace) -> int:
     """The plan on every chosen host of the fleet at once, each its own experiment."""
-    from layerbench.fleet import coordinator, hosts
+    from layerbench.fleet import coordinator, credentials, hosts
 
     if args.resume is not None and (args.plan or args.reps or args.quick or args.hosts):
         raise UserError("--resume takes the plan and the host stored with the experiment; give neither")
     plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
     store = _open_for_writing(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
-    hosts.connect(args.fleet)
+    hosts.connect(args.fleet, credentials.load(args.credentials))
     chosen = [] if args.resume is not None else hosts.select(args.hosts)
     display = FleetDisplay(quiet=args.quiet)
     try:
@@ -418,23 +440,27 @@ class FleetDisplay:
 
 
 def cmd_host(args: argparse.Namespace) -> int:
-    from layerbench.fleet import hosts
+    from layerbench.fleet import credentials, hosts
 
     if args.host_command == "head":
-        command = hosts.head(args.bind, args.port)
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise UserError(f"ray start --head: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+        fleet_credentials = credentials.create(args.credentials)
+        found = hosts.start_head(args.bind, args.port, fleet_credentials)
         console.print(
-            f"fleet head listening on {args.bind}:{args.port} (dashboard off); on each host, as root:"
+            f"fleet head listening on {args.bind}:{args.port} (dashboard off; {len(found)} sockets, "
+            f"every one on {args.bind}); requests need the token in {fleet_credentials.token}"
         )
-        print(f"layerbench host join {args.bind}:{args.port} --name NAME")
+        console.print(f"copy {fleet_credentials.directory} to each host (mode 0700), then there, as root:")
+        print(f"layerbench host join {args.bind}:{args.port} --name NAME --bind HOST_ADDRESS")
         return 0
     if args.host_command == "join":
-        hosts.join(args.head, args.name, args.scratch, args.bind)
-        console.print(f"joined the fleet at {args.head} as host {args.name} (scratch root {args.scratch})")
+        found = hosts.join(args.head, args.name, args.scratch, args.bind, credentials.load(args.credentials))
+        bound = {listener.address for listener in found}
+        console.print(
+            f"joined the fleet at {args.head} as host {args.name} (scratch root {args.scratch}; "
+            f"{len(found)} sockets, every one on {', '.join(sorted(bound))})"
+        )
         return 0
-    hosts.connect(args.head)
+    hosts.connect(args.head, credentials.load(args.credentials))
     table = Table(title=f"hosts of the fleet at {args.head}", title_justify="left")
     for column in ("host", "address", "state", "cpus", "cpu", "kernel", "disk", "scratch root", "free"):
         table.add_column(column, overflow="fold")

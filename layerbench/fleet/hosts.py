@@ -3,25 +3,30 @@ resource, with the host's scratch root recorded in the cluster's key-value store
 
 `layerbench host head` starts the head (dashboard off, health checks tuned so that a lost
 host is noticed in seconds); `layerbench host join HEAD` makes this machine a host;
-`layerbench host list` shows them. Ray has no authentication: the cluster must sit on a
-trusted network (see the README)."""
+`layerbench host list` shows them. Every Ray process of the fleet listens on its --bind
+address only (confine.py) and takes requests carrying the fleet's token only
+(credentials.py); each command verifies the first and refuses to go on otherwise."""
 
+import contextlib
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import AuthenticationError
 
 from layerbench.errors import UserError
+from layerbench.fleet import confine
+from layerbench.fleet.credentials import Credentials
 from layerbench.fleet.remote import RESOURCE_PREFIX
 
 NAMESPACE = "layerbench"
@@ -48,9 +53,33 @@ class Host:
         return RESOURCE_PREFIX + self.name
 
 
-def _ray_command() -> list[str]:
-    found = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    return [found] if Path(found).exists() else [sys.executable, "-m", "ray.scripts.scripts"]
+# `ray start`, except that a loopback address stays loopback: Ray swaps 127.0.0.1 for this
+# machine's reachable address so that other machines can reach the node, but a fleet bound
+# to loopback is one nothing else may reach, by choice.
+_RAY_START = """
+import sys
+import ray._private.services
+ray._private.services.resolve_ip_for_localhost = lambda host: host
+from ray.scripts.scripts import cli
+cli(["start", *sys.argv[1:]])
+"""
+# How long the processes `ray start` leaves behind may still be opening sockets (its agents
+# start after it returns), and how long their listening sockets must stay as they are.
+_SETTLE_S = 15.0
+_STEADY_S = 1.5
+
+
+@contextlib.contextmanager
+def _loopback_kept() -> Iterator[None]:
+    """ray.init connects to a loopback head as given (see _RAY_START)."""
+    import ray._private.services as services
+
+    original = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
 
 
 def _reachable(address: str) -> None:
@@ -66,15 +95,50 @@ def _reachable(address: str) -> None:
         raise UserError(f"fleet head {address}: unreachable ({exc})") from None
 
 
-def connect(address: str) -> None:
-    """This process joins the cluster as a driver (no node of its own, no dashboard)."""
+def connect(address: str, credentials: Credentials) -> None:
+    """This process joins the cluster as a driver (no node of its own, no dashboard),
+    authenticated with the fleet's token."""
     _reachable(address)
     if ray.is_initialized():
         return
+    credentials.activate()
+    _check_token(address, credentials)
     try:
-        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        with _loopback_kept():
+            ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    except AuthenticationError:
+        raise UserError(f"fleet head {address}: refused the token in {credentials.token}") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UserError(f"fleet head {address}: {str(exc).splitlines()[0]}") from None
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Ray's C++ client logs to file descriptor 2 before its exception says the same."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _check_token(address: str, credentials: Credentials) -> None:
+    """One request to the head's GCS with the token: a wrong one is told at once (ray.init
+    would retry for half a minute, then say only that it could not connect)."""
+    from ray._raylet import GcsClient
+
+    try:
+        with _stderr_silenced():
+            GcsClient(address=address)
+    except AuthenticationError:
+        raise UserError(
+            f"fleet head {address}: refused the token in {credentials.token} (not this fleet's credentials)"
+        ) from None
+    except Exception:  # not a refusal: ray.init below says what is wrong
+        return
 
 
 def register(name: str, scratch: str, *, simulated: bool = False) -> None:
@@ -168,44 +232,107 @@ def check_name(name: str) -> None:
         raise UserError(f"--name {name!r}: letters, digits, '-', '_' and '.', at most 63")
 
 
-def head(bind: str, port: int) -> list[str]:
-    """The command that starts the head here: no dashboard, no trials of its own."""
-    return [
-        *_ray_command(),
-        "start",
-        "--head",
-        f"--node-ip-address={bind}",
-        f"--port={port}",
-        "--include-dashboard=false",
-        "--num-cpus=0",
-        "--disable-usage-stats",
-        f"--system-config={json.dumps(HEALTH_CHECKS)}",
-    ]
+def _start_ray(
+    options: list[str], bind: str, group_name: str, credentials: Credentials
+) -> list[confine.Listener]:
+    """`ray start OPTIONS` in a cgroup that keeps it to bind, with the fleet's token; once
+    its processes' listening sockets are steady, every one of them is checked to be on
+    bind. Anything else: those processes are stopped, and the command refuses."""
+    confinement = confine.Confinement.create(group_name, bind)
+    bind = confinement.bind  # as Ray and /proc/net write it
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _RAY_START, f"--node-ip-address={bind}", *options],
+            capture_output=True,
+            text=True,
+            env=credentials.child_environment(),
+            preexec_fn=confinement.enter,
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"ray start: {last}")
+        found = _steady_listeners(confinement)
+        if stray := confine.elsewhere(found, bind):
+            raise confine.Exposed(
+                f"Ray listens on {stray[0]}, not only on --bind {bind}: stopped what this command started"
+            )
+        if not found:
+            raise UserError(f"ray start: its processes listen nowhere (its logs: {_ray_logs()})")
+    except BaseException:
+        confinement.stop()
+        raise
+    return found
 
 
-def join(address: str, name: str, scratch: Path, bind: str | None) -> None:
-    """This machine joins the fleet at address as host name, its trials in scratch."""
+def _ray_logs() -> str:
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return str(Path(get_default_ray_temp_dir()) / "session_latest" / "logs")
+
+
+def _steady_listeners(confinement: confine.Confinement) -> list[confine.Listener]:
+    deadline = time.monotonic() + _SETTLE_S
+    found = confine.listeners(confinement.pids())
+    steady_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = confine.listeners(confinement.pids())
+        if now != found:
+            found, steady_since = now, time.monotonic()
+        elif time.monotonic() - steady_since >= _STEADY_S:
+            break
+    return found
+
+
+def start_head(bind: str, port: int, credentials: Credentials) -> list[confine.Listener]:
+    """The head here: no dashboard, no trials of its own; what it listens on."""
+    return _start_ray(
+        [
+            "--head",
+            f"--port={port}",
+            "--include-dashboard=false",
+            "--num-cpus=0",
+            "--disable-usage-stats",
+            f"--system-config={json.dumps(HEALTH_CHECKS)}",
+        ],
+        bind,
+        f"head-{port}",
+        credentials,
+    )
+
+
+def _address_towards(address: str) -> str:
+    """This machine's address on the route to the head (what Ray itself would pick)."""
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host.strip("[]"), int(port)))
+        return str(probe.getsockname()[0])
+
+
+def join(
+    address: str, name: str, scratch: Path, bind: str | None, credentials: Credentials
+) -> list[confine.Listener]:
+    """This machine joins the fleet at address as host name, its trials in scratch; what
+    its node listens on."""
     if os.geteuid() != 0:
         raise UserError("layerbench host join: a host runs its trials as root; run it as root")
     check_name(name)
-    connect(address)
+    connect(address, credentials)
     if any(h.name == name for h in joined()):
         raise UserError(f"--name {name}: a host of that name has joined already")
-    command = [
-        *_ray_command(),
-        "start",
-        f"--address={address}",
-        f"--resources={json.dumps({RESOURCE_PREFIX + name: 1})}",
-        "--num-cpus=1",
-        "--disable-usage-stats",
-    ]
-    if bind:
-        command.append(f"--node-ip-address={bind}")
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"ray start --address={address}: {last}")
+    found = _start_ray(
+        [
+            f"--address={address}",
+            f"--resources={json.dumps({RESOURCE_PREFIX + name: 1})}",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+        ],
+        bind or _address_towards(address),
+        f"host-{name}",
+        credentials,
+    )
     register(name, str(scratch))
+    return found
 
 
 def describe_all() -> list[tuple[Host, dict[str, Any]]]:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 ray = pytest.importorskip("ray", reason="Ray is a dependency of layerbench (pyproject.toml)")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from layerbench.fleet import hosts  # noqa: E402
+from layerbench.fleet import confine, credentials, hosts  # noqa: E402
 from layerbench.store import Store  # noqa: E402
 
 NAMES = ("a", "b", "c")
@@ -49,32 +49,69 @@ run = "sh -c 'dd if=/dev/zero of=out bs=1M count=4 conv=fsync status=none && sle
 """
 
 
+def _own_cgroup() -> Path:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return confine._unified_mount() / line[3:].lstrip("/")
+    raise AssertionError("this process is in no cgroup v2 group")
+
+
 @pytest.fixture
 def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
+    """The cluster's nodes on loopback, with the fleet's token, and kept to 127.0.0.1 by the
+    fleet's bind filter: this process is in its cgroup while the fixture lasts, so every
+    node it starts (and every command the test runs) is too."""
     root = TEST_ROOT / "fleet"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "include_dashboard": False,
-            "_system_config": hosts.HEALTH_CHECKS,
-        },
-    )
-    nodes = {name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}) for name in NAMES}
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace=hosts.NAMESPACE, logging_level="ERROR", log_to_driver=False)
-    for name in NAMES:
-        hosts.register(name, str(root / name))
-    ray.shutdown()
-    database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
+    fleet_credentials = credentials.create(root / "credentials")
+    saved = {name: os.environ.get(name) for name in fleet_credentials.environment()}
+    home = _own_cgroup()
+    group = confine.Confinement.create(f"test-{os.getpid()}", "127.0.0.1")
+    group.enter()
     try:
-        yield {"cluster": cluster, "nodes": nodes, "root": root, "db": database}
-    finally:
-        cluster.shutdown()
+        fleet_credentials.activate()  # the nodes started here inherit the token mode and file
+        loopback = {"node_ip_address": "127.0.0.1"}
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "include_dashboard": False,
+                "_system_config": hosts.HEALTH_CHECKS,
+                **loopback,
+            },
+        )
+        nodes = {
+            name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}, **loopback) for name in NAMES
+        }
+        cluster.wait_for_nodes()
+        hosts.connect(cluster.address, fleet_credentials)
         for name in NAMES:
-            assert cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db")).returncode == 0
+            hosts.register(name, str(root / name))
+        ray.shutdown()
+        database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
+        try:
+            yield {
+                "cluster": cluster,
+                "nodes": nodes,
+                "root": root,
+                "db": database,
+                "credentials": ("--credentials", str(fleet_credentials.directory)),
+            }
+        finally:
+            cluster.shutdown()
+            for name in NAMES:
+                assert (
+                    cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db")).returncode == 0
+                )
+    finally:
+        (home / "cgroup.procs").write_text(str(os.getpid()))
+        group.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -109,7 +146,8 @@ def _by_host(store: Store) -> dict[str, dict[str, Any]]:
 def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: dict, tmp_path: Path) -> None:
     address = fleet["cluster"].address
     # With its display: a progress row per host, then a line per host.
-    done = cli("run", str(_plan(tmp_path, 2, 0)), "--fleet", address, "--db", fleet["db"], timeout=600)
+    plan = str(_plan(tmp_path, 2, 0))
+    done = cli("run", plan, "--fleet", address, "--db", fleet["db"], *fleet["credentials"], timeout=600)
     assert done.returncode == 0, done.stderr
     assert all(f"host {name}: experiment" in done.stderr for name in NAMES), done.stderr
     store = Store(fleet["db"])
@@ -140,7 +178,7 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
     history = cli("history", "--db", fleet["db"])
     assert history.returncode == 0 and all(name in history.stdout for name in NAMES)
-    listed = cli("host", "list", address)
+    listed = cli("host", "list", address, *fleet["credentials"])
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.count("idle") == 3 and "busy" not in listed.stdout, listed.stdout
 
@@ -157,7 +195,10 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     fleet: dict, tmp_path: Path, how: str
 ) -> None:
     address = fleet["cluster"].address
-    running = start_cli("run", str(_plan(tmp_path, 6, 1)), "--fleet", address, "--db", fleet["db"], "--quiet")
+    plan = str(_plan(tmp_path, 6, 1))
+    running = start_cli(
+        "run", plan, "--fleet", address, "--db", fleet["db"], "--quiet", *fleet["credentials"]
+    )
     store = Store(fleet["db"])
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -194,7 +235,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
         assert {r["facts"]["fleet_host"] for r in store.runs(experiments[name]["id"])} == {name}
     _nothing_left(fleet["root"])
     # Host b is back (a new node with its resource): --resume runs only its missing trials.
-    fleet["cluster"].add_node(num_cpus=1, resources={"lb-host:b": 1})
+    fleet["cluster"].add_node(num_cpus=1, resources={"lb-host:b": 1}, node_ip_address="127.0.0.1")
     fleet["cluster"].wait_for_nodes()
     resumed = cli(
         "run",
@@ -205,6 +246,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
         "--db",
         fleet["db"],
         "--quiet",
+        *fleet["credentials"],
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr
@@ -224,7 +266,7 @@ def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path:
         ("--fleet", address, "--db", "postgresql://u:s3cret@/none?host=/nonexistent"): "results database",
     }
     for options, expected in cases.items():
-        done = cli("run", plan, *options, "--quiet", timeout=120)
+        done = cli("run", plan, *options, "--quiet", *fleet["credentials"], timeout=120)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
         assert "s3cret" not in done.stderr
     joins = {
@@ -233,7 +275,15 @@ def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path:
         (address, "--name", "a"): "a host of that name has joined already",
     }
     for options, expected in joins.items():
-        done = cli("host", "join", *options, "--scratch", str(tmp_path / "joined"), timeout=120)
+        done = cli(
+            "host",
+            "join",
+            *options,
+            "--scratch",
+            str(tmp_path / "joined"),
+            *fleet["credentials"],
+            timeout=120,
+        )
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
     assert Store(fleet["db"]).history() == []
     assert not any(
