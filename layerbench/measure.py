@@ -110,8 +110,9 @@ def run_timed(
 ) -> RunCounters:
     """Run argv to completion and measure it. The child runs in its own process group so
     a timeout or Ctrl-C can stop every process it started; it is in the control groups
-    (their cgroup.procs files) and on the CPUs given from its first instruction.
-    on_start(pid) is told the child's pid (its process group id) at once, for the journal.
+    (their cgroup.procs files) and on the CPUs given before the command's first instruction
+    (see _Gated), and the clock holds the command alone. on_start(pid) is told the child's
+    pid (its process group id) before the command runs, for the journal.
     pressure_group: a cgroup v2 directory among cgroups that holds only the child, whose
     pressure files give the run's own stall time."""
     full_env = {**os.environ, **(env or {})}
