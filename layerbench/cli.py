@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     run.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
     run.add_argument("--reps", type=int, help="measured repetitions (overrides the plan)")
+    run.add_argument(
+        "--budget",
+        help="a time budget (90s, 8m, 1h; off): rounds added where comparisons are undecided",
+    )
     run.add_argument("--quick", action="store_true", help="the plan's small sizes and reps")
     run.add_argument(
         "--no-namespace",
@@ -243,9 +247,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--hosts: only with --fleet HEAD")
     if args.credentials is not None:
         raise UserError("--credentials: only with --fleet HEAD")
-    if args.resume is not None and (args.plan or args.reps or args.quick):
+    if args.resume is not None and (args.plan or args.reps or args.quick or args.budget):
         raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
-    plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
+    plan = (
+        None
+        if args.resume is not None
+        else load_plan(args.plan, quick=args.quick, reps=args.reps, budget=args.budget)
+    )
     if plan is not None and (refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch)):
         raise UserError(f"{plan.source}: {refusal}")
     if os.geteuid() != 0:
@@ -370,7 +378,11 @@ def cmd_run_fleet(args: argparse.Namespace) -> int:
 
     if args.resume is not None and (args.plan or args.reps or args.quick or args.hosts):
         raise UserError("--resume takes the plan and the host stored with the experiment; give neither")
-    plan = None if args.resume is not None else load_plan(args.plan, quick=args.quick, reps=args.reps)
+    plan = (
+        None
+        if args.resume is not None
+        else load_plan(args.plan, quick=args.quick, reps=args.reps, budget=args.budget)
+    )
     store = _open_for_writing(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
     hosts.connect(args.fleet, credentials.load(args.credentials))
     chosen = [] if args.resume is not None else hosts.select(args.hosts)
@@ -483,7 +495,7 @@ def cmd_host(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan, quick=args.quick, reps=args.reps)
+    plan = load_plan(args.plan, quick=args.quick, reps=args.reps, budget=args.budget)
     if refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch):
         raise UserError(f"{plan.source}: {refusal}")
     from layerbench.experiment import schedule

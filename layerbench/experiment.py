@@ -10,7 +10,7 @@ import random
 import time
 from collections.abc import Callable
 
-from layerbench import __version__, adaptive, footprint, sentinel, stats
+from layerbench import __version__, adaptive, footprint, sentinel, sequential, stats
 from layerbench.errors import UserError
 from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
@@ -57,6 +57,9 @@ class Experiment:
         self._finished: set[int] = set()  # trial indices already stored (when resuming)
         self._disturbed: dict[tuple[str, str], list[bool]] = {}  # per measured run so far: disturbed?
         self._probe = _ProbeClock()
+        self._trial_seconds: dict[tuple[str, str], list[float]] = {}  # per pair: each trial's time
+        self._sequential: sequential.State | None = None  # a budgeted experiment's looks so far
+        self._started = time.monotonic()
 
     @classmethod
     def resume(cls, store: Store, executor: Executor, experiment_id: int) -> "Experiment":
@@ -72,6 +75,7 @@ class Experiment:
             record["plan_source"],
             quick=options.get("quick", False),
             reps=options.get("reps"),
+            budget=options.get("budget"),
         )
         experiment = cls(
             plan, store, executor, seed=record["seed"], fleet=record["fleet"], host_name=record["host_name"]
@@ -80,6 +84,8 @@ class Experiment:
         experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
         experiment._stacks_seen = set(record["stacks"])
         experiment._probe.seq = len(store.sentinels(experiment_id))
+        if sequential.FACT in record["facts"]:
+            experiment._sequential = sequential.State.of_fact(record["facts"][sequential.FACT])
         return experiment
 
     @property
@@ -111,6 +117,7 @@ class Experiment:
         setting = Setting(self.plan, self.workloads, self.id)
         status, reason = "failed", None
         todo = self.missing_trials
+        self._started = time.monotonic()
         try:
             self._sentinel(None, force=True)
             index = 0
@@ -124,8 +131,8 @@ class Experiment:
                 if (again := self._rerun_of(result)) is not None:
                     self.trials.append(again)
                     todo.insert(index, again)
-                if index == len(todo) and self.plan.auto_reps:
-                    more = self._another_round()
+                if index == len(todo) and (self.plan.auto_reps or self.plan.budget_s is not None):
+                    more = self._another_round() if self.plan.auto_reps else self._next_look()
                     self.trials += more
                     todo += more
                 if progress:
@@ -145,7 +152,10 @@ class Experiment:
 
     def run_trial(self, trial: Trial, setting: Setting) -> TrialResult:
         assert self.id is not None
+        began = time.monotonic()
         result = self.executor.run(trial, setting)
+        if not trial.warmup:
+            self._trial_seconds.setdefault((trial.stack, trial.workload), []).append(time.monotonic() - began)
         if result.stack is not None and trial.stack not in self._stacks_seen:
             self.store.set_stack_info(self.id, trial.stack, result.stack.as_dict())
             self._stacks_seen.add(trial.stack)
@@ -180,6 +190,30 @@ class Experiment:
             return None
         index = 1 + max(t.index for t in self.trials)
         return Trial(index, trial.stack, trial.workload, trial.rep, False, trial.rerun + 1)
+
+    def _next_look(self) -> list[Trial]:
+        """A budget: look at the comparisons so far; the rounds that the open ones get."""
+        assert self.id is not None and self.plan.budget_s is not None
+        runs = self.store.runs(self.id)
+        state = self._sequential or sequential.State(self.plan.alpha, self.plan.looks, self.plan.budget_s)
+        self._sequential = state
+        context = sequential.Context(
+            baseline=self.plan.baseline,
+            stacks=list(self.plan.stacks),
+            workloads=list(self.plan.workloads),
+            design=stats.Design.of_plan(self.plan.as_dict()),
+            max_reps=self.plan.max_reps,
+            seed=self.seed,
+        )
+        seconds = {pair: sorted(times)[len(times) // 2] for pair, times in self._trial_seconds.items()}
+        wanted = sequential.look(
+            runs, state, context, elapsed_s=time.monotonic() - self._started, trial_seconds=seconds
+        )
+        self.store.set_experiment_fact(self.id, sequential.FACT, state.as_fact())
+        first = max([len(self.trials), *(run["trial"] + 1 for run in runs)])
+        return [
+            Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
+        ]
 
     def _another_round(self) -> list[Trial]:
         """reps = "auto": the next interleaved round for the comparisons still undecided."""

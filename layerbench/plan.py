@@ -23,6 +23,7 @@ from layerbench.workloads.base import load_kinds as load_workload_kinds
 DEFAULT_PLAN = "builtin:default"
 _UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|int|str|float|bool)$")
 AUTO_FIRST_REPS = 5  # reps = "auto" starts with these, then adds rounds
+DURATION_PATTERN = r"^(off|[0-9]+(\.[0-9]+)?[smh])$"
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
@@ -51,6 +52,9 @@ class _PlanFile(BaseModel):
     reps: Annotated[int, Field(ge=1, le=1000)] | Literal["auto"] = 5
     max_reps: int = Field(default=30, ge=2, le=1000)  # reps = "auto": stop here at the latest
     target_ci: float = Field(default=0.02, gt=0, lt=1)  # reps = "auto": wanted CI half-width of ratios
+    # A time budget ("8m", "90s", "1h"; "off"): rounds added where comparisons are undecided.
+    budget: Annotated[str, StringConstraints(pattern=DURATION_PATTERN)] | None = None
+    looks: int = Field(default=stats.LOOKS, ge=1, le=50)  # budget: alpha is split among these
     cpus: list[Annotated[int, Field(ge=0, le=4095)]] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=1, ge=0, le=100)
     # A stack's name, or one a sweep or an incremental stack expands to (`img[fs=xfs]`).
@@ -79,6 +83,8 @@ class Plan(BaseModel):
     auto_reps: bool = False
     max_reps: int = 30
     target_ci: float = 0.02
+    budget_s: float | None = None  # a time budget: rounds added until decided or spent
+    looks: int = stats.LOOKS
     cpus: list[int] | None = None  # pin the timed run to these CPUs
     baseline: str
     order: Literal["interleaved", "sequential"]
@@ -99,6 +105,7 @@ class Plan(BaseModel):
     text: str  # the TOML as given
     quick: bool = False  # --quick was given
     reps_override: int | None = None  # --reps was given
+    budget_override: str | None = None  # --budget was given
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +118,8 @@ class Plan(BaseModel):
             "auto_reps": self.auto_reps,
             "max_reps": self.max_reps,
             "target_ci": self.target_ci,
+            "budget_s": self.budget_s,
+            "looks": self.looks,
             "cpus": self.cpus,
             "alpha": self.alpha,
             "correction": self.correction,
@@ -122,7 +131,7 @@ class Plan(BaseModel):
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
-            "run_options": {"quick": self.quick, "reps": self.reps_override},
+            "run_options": {"quick": self.quick, "reps": self.reps_override, "budget": self.budget_override},
             "worlds": self.worlds,
             "sweeps": self.sweeps,
             "increments": self.increments,
@@ -186,7 +195,17 @@ def _check_kind(
         raise ValueError(_explain(exc, options_model, where)) from None
 
 
-def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None = None) -> Plan:
+def duration_seconds(value: str) -> float | None:
+    """ "8m" -> 480.0, "90s", "1.5h"; "off" -> None."""
+    if value == "off":
+        return None
+    number, unit = float(value[:-1]), value[-1]
+    return number * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def parse_plan(
+    text: str, source: str, *, quick: bool = False, reps: int | None = None, budget: str | None = None
+) -> Plan:
     """Check a plan; raise UserError with one line naming source and key."""
     try:
         shape, has_quick_table = _shape(text, quick)
@@ -198,6 +217,11 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         plan_worlds = _worlds(shape, workloads)
         if refusal := footprint.plan_refusal(stacks, workloads):
             raise ValueError(refusal)
+        if budget is not None and not re.fullmatch(DURATION_PATTERN, budget):
+            raise ValueError(f"--budget {budget!r}: a duration such as 90s, 8m or 1h, or off")
+        budget_s = duration_seconds(budget or shape.budget or "off")
+        if budget_s is not None and shape.reps == "auto" and reps is None:
+            raise ValueError('budget: reps = "auto" adds rounds its own way; give one of the two')
         if shape.cpus and any(cpu not in (usable := sorted(os.sched_getaffinity(0))) for cpu in shape.cpus):
             raise ValueError(f"cpus: {shape.cpus} names a CPU this host lacks; usable: {usable}")
     except ValueError as exc:
@@ -220,6 +244,8 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         auto_reps=auto_reps,
         max_reps=shape.max_reps,
         target_ci=shape.target_ci,
+        budget_s=budget_s,
+        looks=shape.looks,
         cpus=shape.cpus,
         stacks=stacks,
         workloads=workloads,
@@ -230,6 +256,7 @@ def parse_plan(text: str, source: str, *, quick: bool = False, reps: int | None 
         text=text,
         quick=quick,
         reps_override=reps,
+        budget_override=budget,
     )
 
 
@@ -317,11 +344,13 @@ def _worlds(shape: _PlanFile, workloads: dict[str, WorkloadOptions]) -> dict[str
     return plan_worlds
 
 
-def load_plan(path: str | None, *, quick: bool = False, reps: int | None = None) -> Plan:
+def load_plan(
+    path: str | None, *, quick: bool = False, reps: int | None = None, budget: str | None = None
+) -> Plan:
     """Read a plan file, or the built-in default plan when path is None."""
     if path is None or path == DEFAULT_PLAN:
         text = resources.files("layerbench.plans").joinpath("default.toml").read_text()
-        return parse_plan(text, DEFAULT_PLAN, quick=quick, reps=reps)
+        return parse_plan(text, DEFAULT_PLAN, quick=quick, reps=reps, budget=budget)
     file = Path(path)
     try:
         text = file.read_text()
@@ -331,4 +360,4 @@ def load_plan(path: str | None, *, quick: bool = False, reps: int | None = None)
         raise UserError(f"{path}: not a text file (a plan is TOML, UTF-8)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_plan(text, str(path), quick=quick, reps=reps)
+    return parse_plan(text, str(path), quick=quick, reps=reps, budget=budget)

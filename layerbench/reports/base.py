@@ -18,6 +18,7 @@ from layerbench import (
     metrics,
     noise,
     sentinel,
+    sequential,
     stats,
     tracing,
 )
@@ -179,7 +180,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     stacks = list(plan["stacks"])
     workloads = list(plan["workloads"])
     design = stats.Design.of_plan(plan)
-    rows = stats.summaries(runs, experiment["baseline"], stacks, workloads, design=design)
+    facts = experiment.get("facts", {})
+    rows = sequential.summaries(runs, facts, experiment["baseline"], stacks, workloads, design)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
     data = ReportData(
         experiment,
@@ -198,7 +200,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
-    data.warnings += adaptive.notes(experiment.get("facts", {})) + noise.warnings(runs)
+    data.warnings += adaptive.notes(facts) + sequential.notes(facts) + noise.warnings(runs)
     data.warnings += durability.warnings(runs) + tracing.warnings(runs)
     data.warnings += guest_notes.notes(runs) + [
         n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
@@ -216,12 +218,13 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
             continue
         experiment = store.experiment(member["id"])
         plan = experiment["plan"]
-        rows = stats.summaries(
+        rows = sequential.summaries(
             store.runs(member["id"]),
+            experiment.get("facts", {}),
             experiment["baseline"],
             list(plan["stacks"]),
             list(plan["workloads"]),
-            design=stats.Design.of_plan(plan),
+            stats.Design.of_plan(plan),
         )
         ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows if r.metric == "wall_s"}
     return ratios

@@ -27,6 +27,7 @@ EQUIVALENCE = 0.05
 CONFIDENCE = intervals.CONFIDENCE
 NOISY_CV = 0.05
 MAX_REPS_SUGGESTED = 1000
+LOOKS = 6  # a budgeted experiment's planned maximum of looks (see sequential.py)
 
 HEADLINE_METRIC = "wall_s"
 SIGNIFICANT = ("slower", "faster", "higher", "lower")

@@ -1,0 +1,220 @@
+"""A time budget, spent where it decides (`budget = "8m"` in a plan, or `run --budget`).
+
+The plan's repetitions are the first look. At each look every elapsed-time comparison with
+the baseline is decided as one family (Holm) at that look's share of alpha; a comparison
+decided (slower, faster, or equivalent within the margin) is closed there, with its verdict
+and its interval as they were at that look, and gets no more runs. The stacks of the
+comparisons still open, and the baseline, get more interleaved rounds (the repetitions grow
+by half each look) while the time left of the budget holds them, then the next look.
+
+Looking after every batch of rounds and stopping once decided would raise the chance of a
+false alarm above alpha if each look were taken at alpha. Here alpha is spent over at most
+`looks` looks, an equal share each (Bonferroni over the looks): whatever the data and however
+a look's outcome chose what ran next, the chance of any false claim, at any look, in any
+comparison of the family is at most alpha, and every closed interval holds the truth at its
+stated level. The price is a stricter level per look, paid once; `layerbench selftest`
+measures the design's error rates and coverage by simulation.
+
+The state (looks, their levels, what each one closed and why the rounds stopped) is stored
+with the experiment as the fact `sequential`; the reports rebuild each closed comparison
+from the runs its look saw."""
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from layerbench import stats
+
+FACT = "sequential"
+LOOKS = stats.LOOKS  # the planned maximum of looks: alpha is split among them
+GROWTH = 1.5  # each look asks for about half as many repetitions again
+DECIDED = (*stats.SIGNIFICANT, "equivalent")
+METRIC = stats.HEADLINE_METRIC
+
+
+@dataclass
+class Look:
+    number: int
+    alpha: float  # the family's level at this look
+    trials: list[int]  # the trials whose runs it saw
+    reps: dict[str, int]  # per workload: repetitions measured so far
+    closed: list[tuple[str, str]]  # (stack, workload) decided at this look
+
+
+@dataclass
+class State:
+    alpha: float
+    looks_planned: int
+    budget_s: float | None
+    looks: list[Look] = field(default_factory=list)
+    stopped: str | None = None  # why no more rounds were added
+
+    @property
+    def alpha_per_look(self) -> float:
+        return self.alpha / self.looks_planned
+
+    def closed(self) -> set[tuple[str, str]]:
+        return {tuple(pair) for look in self.looks for pair in look.closed}  # type: ignore[misc]
+
+    def as_fact(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of_fact(cls, fact: dict[str, Any]) -> "State":
+        looks = [Look(**{**look, "closed": [tuple(p) for p in look["closed"]]}) for look in fact["looks"]]
+        return cls(fact["alpha"], fact["looks_planned"], fact["budget_s"], looks, fact.get("stopped"))
+
+
+def _family(
+    runs: list[dict[str, Any]], baseline: str, stacks: list[str], workloads: list[str], design: stats.Design
+) -> list[stats.Summary]:
+    return stats.summaries(runs, baseline, stacks, workloads, [METRIC], design=design)
+
+
+def _reps(runs: list[dict[str, Any]], workloads: list[str]) -> dict[str, int]:
+    measured = [r for r in runs if not r["warmup"] and r["status"] == "ok"]
+    return {w: 1 + max((r["rep"] for r in measured if r["workload"] == w), default=-1) for w in workloads}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a look needs to know of the experiment."""
+
+    baseline: str
+    stacks: list[str]
+    workloads: list[str]
+    design: stats.Design
+    max_reps: int
+    seed: int
+
+
+def look(
+    runs: list[dict[str, Any]],
+    state: State,
+    context: Context,
+    *,
+    elapsed_s: float,
+    trial_seconds: dict[tuple[str, str], float],
+) -> list[tuple[str, str, int]]:
+    """Take the next look at the runs so far (recorded in state) and return the (stack,
+    workload, rep) of the rounds to run before the next one; empty when the rounds stop."""
+    number = len(state.looks) + 1
+    design = stats.Design(
+        state.alpha_per_look, context.design.correction, context.design.equivalence, context.design.paired
+    )
+    rows = _family(runs, context.baseline, context.stacks, context.workloads, design)
+    already = state.closed()
+    closed = [
+        (r.stack, r.workload)
+        for r in rows
+        if r.stack != context.baseline and r.decision in DECIDED and (r.stack, r.workload) not in already
+    ]
+    reps = _reps(runs, context.workloads)
+    state.looks.append(Look(number, state.alpha_per_look, sorted({r["trial"] for r in runs}), reps, closed))
+    still_open = {
+        (r.stack, r.workload)
+        for r in rows
+        if r.stack != context.baseline and (r.stack, r.workload) not in already | set(closed)
+    }
+    if not still_open:
+        state.stopped = "every comparison decided"
+        return []
+    if number >= state.looks_planned:
+        state.stopped = f"all {state.looks_planned} looks taken"
+        return []
+    return _rounds(still_open, reps, state, context, elapsed_s, trial_seconds)
+
+
+def _rounds(
+    still_open: set[tuple[str, str]],
+    reps: dict[str, int],
+    state: State,
+    context: Context,
+    elapsed_s: float,
+    trial_seconds: dict[tuple[str, str], float],
+) -> list[tuple[str, str, int]]:
+    """The next look's rounds, as many as the time left holds (at least one, or none)."""
+    wanted: dict[str, int] = {}
+    for workload in context.workloads:
+        if any(pair[1] == workload for pair in still_open):
+            target = min(context.max_reps, max(reps[workload] + 1, math.ceil(reps[workload] * GROWTH)))
+            if target > reps[workload]:
+                wanted[workload] = target - reps[workload]
+    if not wanted:
+        state.stopped = f"max_reps = {context.max_reps} reached"
+        return []
+
+    def stacks_of(workload: str) -> list[str]:
+        return [s for s in context.stacks if s == context.baseline or (s, workload) in still_open]
+
+    def round_cost(workload: str) -> float:
+        slowest = max(trial_seconds.values(), default=0.0)  # a pair not timed yet: the slowest
+        return sum(trial_seconds.get((s, workload), slowest) for s in stacks_of(workload))
+
+    left = math.inf if state.budget_s is None else state.budget_s - elapsed_s
+    # Shrink the rounds evenly until they fit in the time left.
+    while wanted and sum(n * round_cost(w) for w, n in wanted.items()) > left:
+        largest = max(wanted, key=lambda w: wanted[w] * round_cost(w))
+        wanted[largest] -= 1
+        if wanted[largest] == 0:
+            del wanted[largest]
+    if not wanted:
+        state.stopped = "budget spent"
+        return []
+    rng = random.Random(context.seed + 7919 * len(state.looks))
+    trials = []
+    for workload, count in wanted.items():
+        for rep in range(reps[workload], reps[workload] + count):
+            chosen = stacks_of(workload)
+            trials += [(stack, workload, rep) for stack in rng.sample(chosen, len(chosen))]
+    return trials
+
+
+def summaries(
+    runs: list[dict[str, Any]],
+    facts: dict[str, Any],
+    baseline: str,
+    stacks: list[str],
+    workloads: list[str],
+    design: stats.Design,
+) -> list[stats.Summary]:
+    """Every row of an experiment (stats.summaries); under a budget, each elapsed-time
+    comparison as its look decided it: closed at the look that decided it, from the runs that
+    look saw and at its level, or, still open, at the last look."""
+    rows = stats.summaries(runs, baseline, stacks, workloads, design=design)
+    if FACT not in facts or not facts[FACT]["looks"]:
+        return rows
+    state = State.of_fact(facts[FACT])
+    decided: dict[tuple[str, str], stats.Summary] = {}
+    for number, taken in enumerate(state.looks, start=1):
+        seen = set(taken.trials)
+        at = stats.Design(taken.alpha, design.correction, design.equivalence, design.paired)
+        family = _family([r for r in runs if r["trial"] in seen], baseline, stacks, workloads, at)
+        last = number == len(state.looks)
+        for row in family:
+            pair = (row.stack, row.workload)
+            if pair in taken.closed or (last and pair not in decided):
+                decided[pair] = row
+    return [
+        decided.get((row.stack, row.workload), row) if row.metric == METRIC and row.stack != baseline else row
+        for row in rows
+    ]
+
+
+def notes(facts: dict[str, Any]) -> list[str]:
+    """What the reports say about the looks: how many, at which level, and why they stopped."""
+    if FACT not in facts or not facts[FACT]["looks"]:
+        return []
+    state = State.of_fact(facts[FACT])
+    budget = f"budget {state.budget_s:.0f} s; " if state.budget_s is not None else ""
+    per_look = "; ".join(
+        f"look {look.number} at {', '.join(f'{w} {n}' for w, n in look.reps.items())} repetitions"
+        + (f" closed {', '.join(f'{s}/{w}' for s, w in look.closed)}" if look.closed else "")
+        for look in state.looks
+    )
+    return [
+        f"sequential: {budget}alpha {state.alpha:g} spent over at most {state.looks_planned} looks, "
+        f"{state.alpha_per_look:.4g} each (Bonferroni over looks, Holm within one); {per_look}; "
+        f"rounds stopped: {state.stopped or 'still running'}"
+    ]
