@@ -104,6 +104,8 @@ def run_timed(
     helper_group: Path | None = None,
     stderr_path: Path | None = None,
     on_start: Callable[[int], None] | None = None,
+    on_running: Callable[[], None] | None = None,
+    at_gate: Callable[[], None] | None = None,
     cgroups: list[Path] = (),  # type: ignore[assignment]
     cpus: list[int] | None = None,
     pressure_group: Path | None = None,
@@ -112,7 +114,9 @@ def run_timed(
     a timeout or Ctrl-C can stop every process it started; it is in the control groups
     (their cgroup.procs files) and on the CPUs given before the command's first instruction
     (see _Gated), and the clock holds the command alone. on_start(pid) is told the child's
-    pid (its process group id) before the command runs, for the journal.
+    pid (its process group id) before the command runs, for the journal; on_running() is
+    called once the command has been let go; at_gate() last before the clock starts, with
+    every counter read (a guest waits there for the host's go).
     pressure_group: a cgroup v2 directory among cgroups that holds only the child, whose
     pressure files give the run's own stall time."""
     full_env = {**os.environ, **(env or {})}
@@ -131,9 +135,13 @@ def run_timed(
                 on_start(gated.pid)
             before = _Before.take(devices, _Helpers(list(helper_pids), helper_group), pressure_group)
             gate_cost = gated.cost_so_far()
+            if at_gate is not None:
+                at_gate()
             with sampling.Sampler(list(devices)) as sampler:
                 start = time.monotonic()
                 gated.release()
+                if on_running is not None:
+                    on_running()
                 error, status, usage = _wait(gated.child, timeout)
                 wall = time.monotonic() - start
             disks_after = procfs.read_diskstats(list(devices))

@@ -11,9 +11,11 @@ Looking after every batch of rounds and stopping once decided would raise the ch
 false alarm above alpha if each look were taken at alpha. Here alpha is spent over at most
 `looks` looks, an equal share each (Bonferroni over the looks): whatever the data and however
 a look's outcome chose what ran next, the chance of any false claim, at any look, in any
-comparison of the family is at most alpha, and every closed interval holds the truth at its
-stated level. The price is a stricter level per look, paid once; `layerbench selftest`
-measures the design's error rates and coverage by simulation.
+comparison of the family is at most alpha; and a comparison's interval, shown as the look
+that closed it drew it, states as its level one minus what the looks it was open at spent on
+it (it misses the truth only if one of those intervals did). The price is a stricter level
+per look, paid once; `layerbench selftest` measures the design's error rates and coverage by
+simulation (sequential_check.py).
 
 The state (looks, their levels, what each one closed and why the rounds stopped) is stored
 with the experiment as the fact `sequential`; the reports rebuild each closed comparison
@@ -187,6 +189,7 @@ def summaries(
         return rows
     state = State.of_fact(facts[FACT])
     decided: dict[tuple[str, str], stats.Summary] = {}
+    spent: dict[tuple[str, str], float] = {}  # each comparison's miss chance, summed over its looks
     for number, taken in enumerate(state.looks, start=1):
         seen = set(taken.trials)
         at = stats.Design(taken.alpha, design.correction, design.equivalence, design.paired)
@@ -194,8 +197,16 @@ def summaries(
         last = number == len(state.looks)
         for row in family:
             pair = (row.stack, row.workload)
-            if pair in taken.closed or (last and pair not in decided):
+            if row.stack == baseline or pair in decided:
+                continue
+            spent[pair] = spent.get(pair, 0.0) + 1 - (row.ratio_ci_level or 1.0)
+            if pair in taken.closed or last:
                 decided[pair] = row
+    for pair, row in decided.items():
+        # The interval shown is one of those drawn at each look the comparison was open: it
+        # misses the truth only if one of them did, so its level is what all of them spent.
+        if row.ratio_ci_level is not None:
+            row.ratio_ci_level = max(0.0, 1 - spent[pair])
     return [
         decided.get((row.stack, row.workload), row) if row.metric == METRIC and row.stack != baseline else row
         for row in rows

@@ -36,7 +36,8 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]
     simulated = [n for n in names if "(simulated" in n]
-    assert len(simulated) == 3 * 3 * 5 + 2, simulated  # 3 n x 3 designs x 5 figures, auto, sensitivity
+    # 3 n x 3 designs x 5 figures, a budget's 3 figures x 2 noises, auto, sensitivity
+    assert len(simulated) == 3 * 3 * 5 + 3 * 2 + 2, simulated
     assert names[-5:] == [
         "PASS  A/A plumbing (real)",
         "PASS  settle A/A (real)",
@@ -46,3 +47,17 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
     ], done.stdout
     assert "measured 9" in done.stdout or "measured 10" in done.stdout
     assert f"selftest: {len(lines)} of {len(lines)} checks passed" in done.stdout
+
+
+def test_the_sequential_simulation_fails_a_design_that_looks_at_full_alpha(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each look at the whole alpha (no share): the false-alarm check must catch it (17 %
+    of A/A experiments had one here); the design as built passes the same study."""
+    from layerbench import sequential, sequential_check
+
+    own_noise = sequential_check.NOISES[:1]
+    assert all(c.passed for c in sequential_check.checks(150, noises=own_noise))
+    monkeypatch.setattr(sequential.State, "alpha_per_look", property(lambda state: state.alpha))
+    (alarms, *_) = sequential_check.checks(150, noises=own_noise)
+    assert alarms.name.startswith("A/A false alarms") and not alarms.passed, alarms.figure

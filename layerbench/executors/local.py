@@ -146,6 +146,7 @@ class LocalExecutor(Executor):
                 helper_group=built.helper_group,
                 stderr_path=workdir / "stderr",
                 on_start=resources.enter_context(self._journaled_child(trial)),
+                on_running=lambda: failpoints.reached("run-started"),
                 cgroups=procs,
                 cpus=setting.plan.cpus,
                 pressure_group=pressure,
@@ -198,7 +199,6 @@ class LocalExecutor(Executor):
 
         def started(pid: int) -> None:
             idents.append(self.scratch.journal.add("group", f"run of trial {trial.index}", pgid=pid))
-            failpoints.reached("run-started")
 
         try:
             yield started

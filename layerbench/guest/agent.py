@@ -52,9 +52,14 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
         prepared = workload.prepare(ctx, built, resources)
         phases["prepared_s"] = _uptime()
         measure.drop_caches()
-        (share / "ready").write_text("ready\n")
-        while not (share / "go").exists():  # the host takes its counters first
-            time.sleep(0.005)
+
+        def ready_then_go() -> None:
+            """The child waits at its gate, its counters read: the host takes its own, then
+            says go, and both clocks start together."""
+            (share / "ready").write_text("ready\n")
+            while not (share / "go").exists():
+                time.sleep(0.005)
+
         counters = measure.run_timed(
             prepared.argv,
             cwd=prepared.cwd,
@@ -64,6 +69,7 @@ def run(request: dict[str, Any], share: Path) -> dict[str, Any]:
             helper_pids=built.helper_pids,
             helper_group=built.helper_group,
             stderr_path=workdir / "stderr",
+            at_gate=ready_then_go,
         )
         prepared.collect()
         return {
