@@ -140,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("plan", nargs="?", help="plan TOML file (default: the built-in experiment)")
     check.add_argument("--reps", type=int)
     check.add_argument("--quick", action="store_true")
+    check.add_argument("--budget", help="a time budget (90s, 8m, 1h; off), as run takes it")
     check.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root (its free space)")
 
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
@@ -506,6 +507,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{len(plan.workloads)} workloads x ({plan.warmup} warm-up + {plan.reps} measured) = "
         f"{len(trials)} trials; baseline {plan.baseline}"
         + (f'; reps = "auto" adds rounds up to {plan.max_reps} reps' if plan.auto_reps else "")
+        + (
+            f"; a budget of {plan.budget_s:g} s adds rounds up to {plan.max_reps} reps, {plan.looks} looks"
+            if plan.budget_s is not None
+            else ""
+        )
     )
     for line in expansion.describe(plan.sweeps, plan.increments):
         print(f"  {line}")
