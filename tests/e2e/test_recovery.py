@@ -80,6 +80,8 @@ def test_kill_9_anywhere_then_clean_and_resume(
         env={"LAYERBENCH_STOP_AT": point},
     )
     wait_stopped(child)
+    if point == "run-started":  # GNU time's file is in the trial's directory, not in /tmp
+        assert list(scratch.glob("trials/*/layerbench-rss-*"))
     child.kill()
     child.communicate(timeout=60)
     if not namespace and point in ("stack-built", "run-started"):
