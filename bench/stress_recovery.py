@@ -4,7 +4,9 @@
 
     python3 bench/stress_recovery.py [--passes 20] [--kinds dir,image,...] [--points ...]
                                      [--signals KILL,TERM,INT,HUP] [--namespaces host,private]
-                                     [--churn 4] [--jobs 1] [--scratch /var/tmp/layerbench-stress]
+                                     [--churn 4] [--agent-kinds ...] [--agent-signals KILL,TERM]
+                                     [--store-losses 3] [--only matrix,churn,agent,store]
+                                     [--jobs 1] [--scratch /var/tmp/layerbench-stress]
 
 Each case is one failpoint x one layer kind x one mount namespace choice x one signal: a
 two-trial plan whose stack is that layer kind runs with LAYERBENCH_STOP_AT=POINT, freezes
@@ -14,7 +16,22 @@ with no traceback and leave nothing of ours (mounts, loop devices, FUSE daemons,
 control groups), the results file must pass `PRAGMA integrity_check` and keep every run
 stored before the signal, and `run --resume` must complete the experiment with every
 trial exactly once. Churn cases kill a churn run with SIGKILL at a random moment instead
-of a failpoint (the race of a mount(8) in flight).
+of a failpoint (the race of a mount(8) in flight). `image-queue` is the image layer with a
+block-queue scheduler and a sector size: clean must also put the loop device's scheduler back.
+
+Agent cases are a fleet host's agent (`python3 -m layerbench.fleet.agent`, given a pickled
+request for one trial on its stdin, as the fleet's Ray task starts it) stopped at a failpoint:
+SIGKILL, then `layerbench clean` of its scratch root must leave nothing; SIGTERM (its worker
+went away), it must tear down by itself and answer that it stopped. Then the trial is asked
+of a new agent and must succeed.
+
+Store cases are a `layerbench run` into a PostgreSQL database (a throwaway cluster of the
+case's own, on a Unix socket) whose server is stopped (`pg_ctl stop -m immediate`) while
+trials run: once at a random moment after the first run was stored, once during the third
+trial's timed run (deterministic). layerbench must exit 1 with one line, no traceback,
+nothing left; with the server back, every run stored before the stop is there with all its
+samples (none half-written), `clean` marks the experiment interrupted with a reason, and
+`run --resume` completes it with every trial exactly once.
 
 With --jobs N, N cases of a pass run at once, each in its own directory and scratch root
 (so each one's `clean` and leftover checks see only its own); passes still run one after
@@ -31,6 +48,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import pickle
 import random
 import signal
 import sqlite3
@@ -45,16 +63,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+import postgres  # noqa: E402
+import psycopg  # noqa: E402
 from helpers import leftovers, leftovers_after  # noqa: E402
 
 from layerbench import procfs  # noqa: E402
 from layerbench.failpoints import POINTS  # noqa: E402
+from layerbench.fleet.requests import Answer, PlanSource, Request  # noqa: E402
+from layerbench.plan import parse_plan  # noqa: E402
+from layerbench.schedule import schedule  # noqa: E402
 from layerbench.stacks.base import load_kinds  # noqa: E402
 
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT, "HUP": signal.SIGHUP}
 _LAYER = {
     "tmpfs": '{ kind = "tmpfs", size = "64M" }',
     "image": '{ kind = "image", size = "64M" }',
+    "image-queue": '{ kind = "image", size = "64M", scheduler = "bfq", sector_size = 4096 }',
     "throttle": '{ kind = "throttle", write_bps = "500M" }',
     "vm": '{ kind = "vm", memory = "512M", disk_size = "256M" }',
     "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',
@@ -68,7 +92,10 @@ _LAYER = {
 _READ_ONLY = {"squashfs", "erofs", "squashfuse"}
 # Failpoints only some layer kinds reach.
 _HELPERS = {"fuse", "fuse-overlayfs", "squashfuse", "sshfs", "vm"}
+# Stacks that are a layer kind with options the kind's own row leaves out.
+_VARIANTS = ("image-queue",)
 TRIALS = 2
+STORE_TRIALS = 6  # enough that the server can go away with runs stored and trials to come
 
 
 @dataclass
@@ -83,10 +110,10 @@ class Outcome:
         self.problems.append(f"{what}: {detail[:300]}")
 
 
-def _plan(kind: str, workload: str) -> str:
+def _plan(kind: str, workload: str, reps: int = TRIALS) -> str:
     layer = _LAYER.get(kind, f'{{ kind = "{kind}" }}')
     return (
-        f'name = "stress"\nreps = {TRIALS}\nwarmup = 0\nseed = 1\nrerun_disturbed = 0\n'
+        f'name = "stress"\nreps = {reps}\nwarmup = 0\nseed = 1\nrerun_disturbed = 0\n'
         f"[stacks.s]\nlayers = [{layer}]\n"
         f"[workloads.w]\n{workload}\n"
     )
@@ -175,8 +202,7 @@ def failpoint_case(root: Path, kind: str, point: str, where: str, signame: str) 
     scratch, db, plan = case / "scratch", case / "r.db", case / "plan.toml"
     case.mkdir(parents=True, exist_ok=True)
     db.unlink(missing_ok=True)
-    workload = 'kind = "read-tree"' if kind in _READ_ONLY else 'kind = "stream-write"\nsize = "4M"'
-    plan.write_text(_plan(kind, workload))
+    plan.write_text(_plan(kind, _workload_of(kind)))
     extra = ["--no-namespace"] if where == "host" else []
     child = _start(
         ["run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *extra],
@@ -188,6 +214,7 @@ def failpoint_case(root: Path, kind: str, point: str, where: str, signame: str) 
         _after(outcome, scratch, db, [], extra)
         return outcome
     kept = _runs(db)
+    queues = _queue_settings(scratch)
     child.send_signal(SIGNALS[signame])
     if signame != "KILL":
         child.send_signal(signal.SIGCONT)
@@ -200,7 +227,42 @@ def failpoint_case(root: Path, kind: str, point: str, where: str, signame: str) 
     if signame != "KILL" and (left := leftovers(scratch)):
         outcome.fail("leftovers", "before clean: " + "; ".join(left))
     _after(outcome, scratch, db, kept, extra)
+    _check_queues(outcome, queues, scratch)
     return outcome
+
+
+def _queue_settings(scratch: Path) -> list[tuple[Path, str]]:
+    """The block-queue settings the frozen run has made (journaled): (file, the old value)."""
+    journal = scratch / "journal.jsonl"
+    if not journal.exists():
+        return []
+    found = []
+    for line in journal.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError):
+            entry = json.loads(line)["add"]
+            if entry["kind"] == "setting":
+                found.append((Path(entry["target"]), str(entry["old"])))
+    return found
+
+
+def _check_queues(outcome: Outcome, queues: list[tuple[Path, str]], scratch: Path) -> None:
+    """A scheduler a killed run set on its loop device is a leftover too: the next user of the
+    device would get it. Only a device no other case holds now can be judged (with --jobs, a
+    case beside this one may have taken the device and set its own)."""
+    for queue, old in queues:
+        backing = queue.parent.parent / "loop" / "backing_file"
+        if _held_by_another(backing, scratch):
+            continue
+        value = queue.read_text()
+        if f"[{old}]" not in value and not _held_by_another(backing, scratch):
+            outcome.fail("leftovers", f"{queue} is {value.strip()!r}, not put back to {old}")
+
+
+def _held_by_another(backing: Path, scratch: Path) -> bool:
+    try:
+        return not backing.read_text().strip().startswith(str(scratch))
+    except OSError:
+        return False  # detached: nobody holds it
 
 
 def churn_case(root: Path, where: str, rng: random.Random, number: int = 0) -> Outcome:
@@ -225,8 +287,202 @@ def churn_case(root: Path, where: str, rng: random.Random, number: int = 0) -> O
     return outcome
 
 
+def _agent_request(kind: str, scratch: Path) -> Request:
+    """What the fleet's head sends a host for the plan's first trial."""
+    text = _plan(kind, _workload_of(kind))
+    plan = parse_plan(text, "stress-agent.toml")
+    first = schedule(plan, 1)[0]
+    return Request("run", host="stress", scratch=str(scratch), plan=PlanSource.of(plan), trial=first,
+                   experiment_id=1)  # fmt: skip
+
+
+def _start_agent(request: Request, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The agent as the fleet's Ray task starts it: the request pickled on its stdin."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "layerbench.fleet.agent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO), "LAYERBENCH_AGENT_PARENT": str(os.getpid()), **env},
+    )
+    assert child.stdin is not None
+    child.stdin.write(pickle.dumps(request))
+    child.stdin.close()
+    child.stdin = None  # sent: communicate() must not write to it again
+    return child
+
+
+def _answer_of(child: subprocess.Popen[bytes], outcome: Outcome) -> Answer | None:
+    """Wait for the agent; its answer, or None (said in the outcome) if it gave none."""
+    stdout, stderr = child.communicate(timeout=300)
+    errors = stderr.decode(errors="replace")
+    if "Traceback" in errors:
+        outcome.fail("traceback", errors)
+    if child.returncode != 0 or not stdout:
+        outcome.fail("exit status", f"agent exited {child.returncode}: {errors.strip()[-200:]}")
+        return None
+    answer: Answer = pickle.loads(stdout)
+    return answer
+
+
+def agent_case(root: Path, kind: str, point: str, signame: str) -> Outcome:
+    """A fleet host's agent stopped at a failpoint of its trial, then the trial asked again."""
+    outcome = Outcome()
+    case = root / f"agent-{kind}-{point}-{signame}"
+    scratch = case / "scratch"
+    case.mkdir(parents=True, exist_ok=True)
+    request = _agent_request(kind, scratch)
+    child = _start_agent(request, {"LAYERBENCH_STOP_AT": point})
+    stopped = _stopped(child)  # type: ignore[arg-type]
+    queues = _queue_settings(scratch)
+    if not stopped:
+        outcome.fail("never stopped", f"agent exited {child.poll()}")
+    else:
+        child.send_signal(SIGNALS[signame])
+        if signame != "KILL":
+            child.send_signal(signal.SIGCONT)
+    if signame == "KILL" or not stopped:
+        child.communicate(timeout=300)
+    else:
+        # Told to stop (its worker went away): it tears down by itself and says so.
+        answer = _answer_of(child, outcome)
+        # A stop at `teardown` lands once the run is measured: an answer with the trial's run
+        # is as right as "stopped" there, as long as nothing is left.
+        if answer is not None and (answer.ok or "stopped" not in answer.error) and point != "teardown":
+            outcome.fail("answer", f"not a stopped trial: ok={answer.ok} {answer.error!r}")
+        if left := leftovers_after(scratch, 10):
+            outcome.fail("leftovers", "before clean: " + "; ".join(left))
+    done = _cli("clean", "--scratch", str(scratch), "--db", str(case / "none.db"))
+    if "Traceback" in done.stdout + done.stderr:
+        outcome.fail("traceback", done.stderr)
+    if done.returncode != 0:
+        outcome.fail("clean failed", done.stderr or done.stdout)
+    if left := leftovers_after(scratch, 10):
+        outcome.fail("leftovers", "; ".join(left))
+    _check_queues(outcome, queues, scratch)
+    # The head asks again (a resume): a new agent on the same scratch root runs the trial.
+    again = _answer_of(_start_agent(request, {}), outcome)
+    if again is not None and not (again.ok and again.value.counters.status == "ok"):
+        error = again.error if not again.ok else again.value.counters.error
+        outcome.fail("resume", f"the trial again: {error}")
+    if left := leftovers_after(scratch, 10):
+        outcome.fail("leftovers", "after the trial again: " + "; ".join(left))
+    return outcome
+
+
+def _store_runs(server: "postgres.Cluster", database: str) -> list[tuple[int, int, int | None]]:
+    """(trial, samples stored, samples the run says it took) of every stored run."""
+    with psycopg.connect(host=str(server.socket), user=postgres.USER, dbname=database) as db:
+        rows = db.execute(
+            "SELECT r.trial, (SELECT count(*) FROM samples s WHERE s.run_id = r.id), r.facts_json "
+            "FROM runs r ORDER BY r.trial"
+        ).fetchall()
+    return [(trial, count, json.loads(facts).get("sampler", {}).get("count")) for trial, count, facts in rows]
+
+
+def _stored_trials(server: "postgres.Cluster", database: str) -> list[int]:
+    try:
+        return [trial for trial, _, _ in _store_runs(server, database)]
+    except psycopg.Error:
+        return []
+
+
+def _experiment_state(server: "postgres.Cluster", database: str) -> tuple[str, str | None]:
+    with psycopg.connect(host=str(server.socket), user=postgres.USER, dbname=database) as db:
+        status, reason = db.execute("SELECT status, status_reason FROM experiments").fetchone() or ("", None)
+    return status, reason
+
+
+def store_case(root: Path, moment: str, rng: random.Random, number: int = 0) -> Outcome:
+    """A run into PostgreSQL whose server goes away while its trials run (see the docstring)."""
+    outcome = Outcome()
+    case = root / f"store-{moment}-{number}"
+    scratch, plan, marker = case / "scratch", case / "plan.toml", case / "trials-started"
+    case.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    with postgres.cluster(case) as server:
+        url = server.create_database("results")
+        stop = " ".join(
+            ["runuser", "-u", postgres.USER, "--", str(postgres.BIN / "pg_ctl"), "-D", str(server.data),
+             "-m", "immediate", "-w", "stop"]
+        )  # fmt: skip
+        if moment == "timed-run":
+            # The workload itself stops the server, in the third trial's timed run: two runs
+            # are stored, the third is measured and cannot be.
+            workload = (
+                f'kind = "command"\nrun = "sh -c \'echo >> {marker}; '
+                f"[ $(wc -l < {marker}) -ne 3 ] || {stop} >/dev/null'\""
+            )
+        else:
+            workload = 'kind = "stream-write"\nsize = "4M"'
+        plan.write_text(_plan("image", workload, reps=STORE_TRIALS))
+        child = _start(["run", str(plan), "--db", url, "--scratch", str(scratch), "--quiet"], {})
+        kept: list[int] = []
+        if moment == "random":
+            deadline = time.monotonic() + 120
+            while (
+                not _stored_trials(server, "results") and time.monotonic() < deadline and child.poll() is None
+            ):
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 2.0))
+            kept = _stored_trials(server, "results")
+            server.stop()
+        _, stderr = child.communicate(timeout=600)
+        if moment == "timed-run":
+            kept = [0, 1]
+        _check_one_line_exit(outcome, child.returncode, stderr, finished=len(kept) == STORE_TRIALS)
+        if left := leftovers_after(scratch, 10):
+            outcome.fail("leftovers", "before clean: " + "; ".join(left))
+        server.restart()
+        stored = _store_runs(server, "results")
+        if lost := sorted(set(kept) - {trial for trial, _, _ in stored}):
+            outcome.fail("lost runs", f"trials {lost}")
+        if half := [(t, n, taken) for t, n, taken in stored if n != taken]:
+            outcome.fail("half-written", f"(trial, samples stored, samples taken): {half}")
+        done = _cli("clean", "--scratch", str(scratch), "--db", url)
+        if "Traceback" in done.stdout + done.stderr:
+            outcome.fail("traceback", done.stderr)
+        if done.returncode != 0:
+            outcome.fail("clean failed", done.stderr or done.stdout)
+        status, reason = _experiment_state(server, "results")
+        if len(stored) < STORE_TRIALS and (status != "interrupted" or not reason):
+            outcome.fail("not marked", f"status {status!r}, reason {reason!r}")
+        resumed = _cli("run", "--resume", "1", "--db", url, "--scratch", str(scratch), "--quiet")
+        if "Traceback" in resumed.stdout + resumed.stderr:
+            outcome.fail("traceback", resumed.stderr)
+        trials = _stored_trials(server, "results")
+        finished_before = len(stored) == STORE_TRIALS and "nothing to resume" in resumed.stderr
+        if not (resumed.returncode == 0 or finished_before) or trials != list(range(STORE_TRIALS)):
+            last = resumed.stderr.strip().splitlines()[-1:]
+            outcome.fail("resume", f"{last[0] if last else resumed.returncode}; trials {trials}")
+        elif _experiment_state(server, "results")[0] != "done":
+            outcome.fail("resume", f"resumed, but {_experiment_state(server, 'results')}")
+        if left := leftovers_after(scratch, 10):
+            outcome.fail("leftovers", "after resume: " + "; ".join(left))
+    return outcome
+
+
+def _check_one_line_exit(outcome: Outcome, status: int, stderr: str, *, finished: bool) -> None:
+    """A lost store is exit 1 and one line of layerbench's own (the noise warnings of doctor
+    may precede it), never a traceback; exit 0 only if the run ended before the stop."""
+    if "Traceback" in stderr:
+        outcome.fail("traceback", stderr)
+    said = [line for line in stderr.splitlines() if line.startswith("layerbench:")]
+    if status == 0 and finished:
+        return
+    if status != 1:
+        outcome.fail("exit status", f"{status}, not 1: {stderr.strip()[-300:]}")
+    elif len(said) != 1 or "went away" not in said[0]:
+        outcome.fail("message", f"not one line saying the store went away: {stderr.strip()[-300:]}")
+
+
+def _workload_of(kind: str) -> str:
+    return 'kind = "read-tree"' if kind in _READ_ONLY else 'kind = "stream-write"\nsize = "4M"'
+
+
 def main() -> int:
-    kinds = sorted(kind for kind in load_kinds() if kind != "vm")
+    kinds = sorted([*(kind for kind in load_kinds() if kind != "vm"), *_VARIANTS])
+    families = ("matrix", "churn", "agent", "store")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--kinds", default=",".join(kinds), help="layer kinds (vm: add it by name)")
@@ -236,6 +492,14 @@ def main() -> int:
     parser.add_argument(
         "--churn", type=int, default=4, help="random-moment churn kills per pass and namespace"
     )
+    parser.add_argument(
+        "--agent-kinds", default="image-queue,limits,fuse,sshfs", help="layer kinds of the agent cases"
+    )
+    parser.add_argument("--agent-signals", default="KILL,TERM")
+    parser.add_argument("--store-losses", type=int, default=3, help="random-moment PostgreSQL stops per pass")
+    parser.add_argument(
+        "--only", default=",".join(families), help=f"the families of cases to run: {', '.join(families)}"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="cases of a pass run side by side")
     parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-stress"))
     parser.add_argument("--json", type=Path, help="also write the outcomes here")
@@ -243,13 +507,27 @@ def main() -> int:
     if os.geteuid() != 0:
         print("stress_recovery: needs root (mounts, loop devices)")
         return 2
+    chosen = set(args.only.split(","))
+    if unknown := chosen - set(families):
+        parser.error(f"--only: no family {', '.join(sorted(unknown))}")
+    if "store" in chosen and (reason := postgres.missing()):
+        print(f"stress_recovery: no store cases: {reason}")
+        return 2
+    points = args.points.split(",")
     cases = [
         (kind, point, where, signame)
         for kind in args.kinds.split(",")
-        for point in args.points.split(",")
+        for point in points
         if point != "helper-started" or kind in _HELPERS
         for where in args.namespaces.split(",")
         for signame in args.signals.split(",")
+    ]
+    agent_cases = [
+        (kind, point, signame)
+        for kind in args.agent_kinds.split(",")
+        for point in points
+        if point != "helper-started" or kind in _HELPERS
+        for signame in args.agent_signals.split(",")
     ]
     rows: dict[str, Outcome] = {}
     seconds: Counter[str] = Counter()
@@ -259,14 +537,14 @@ def main() -> int:
     churn_names = [(where, kill) for where in args.namespaces.split(",") for kill in range(args.churn)]
     for number in range(args.passes):
         work: list[tuple[str, object]] = []
-        for kind, point, where, signame in cases:
+        for kind, point, where, signame in cases if "matrix" in chosen else []:
             work.append(
                 (
                     f"{point} × {kind} × {where} × SIG{signame}",
                     (failpoint_case, args.scratch, kind, point, where, signame),
                 )
             )
-        for where, kill in churn_names:
+        for where, kill in churn_names if "churn" in chosen else []:
             case_rng = random.Random(rng.random())
             work.append(
                 (
@@ -274,6 +552,28 @@ def main() -> int:
                     (churn_case, args.scratch, where, case_rng, number * args.churn + kill),
                 )
             )
+        for kind, point, signame in agent_cases if "agent" in chosen else []:
+            work.append(
+                (
+                    f"fleet agent: {point} × {kind} × SIG{signame}",
+                    (agent_case, args.scratch, kind, point, signame),
+                )
+            )
+        if "store" in chosen:
+            work.append(
+                (
+                    "PostgreSQL stopped: 3rd trial's timed run × image",
+                    (store_case, args.scratch, "timed-run", random.Random(0), number),
+                )
+            )
+            for loss in range(args.store_losses):
+                case_rng = random.Random(rng.random())
+                work.append(
+                    (
+                        "PostgreSQL stopped: random moment × image",
+                        (store_case, args.scratch, "random", case_rng, number * args.store_losses + loss),
+                    )
+                )
         for name, _ in work:
             rows.setdefault(name, Outcome())  # the table keeps the matrix's order
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:

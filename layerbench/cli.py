@@ -40,7 +40,7 @@ from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
-from layerbench.store import Location, NoResults, Store, locate, migrate
+from layerbench.store import Location, NoResults, Store, StoreLost, locate, migrate
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = "layerbench.db"
@@ -339,6 +339,16 @@ def _run_interruptibly(
                 "its finished runs; everything built was torn down"
             )
             return False
+        except StoreLost as lost:
+            if experiment.id is None:
+                raise
+            # Stores are only written between trials, so the stack is already down here.
+            lost.args = (
+                f"{lost.args[0]}; experiment {experiment.id} keeps the runs stored before, "
+                "everything built was torn down; once the store is back, "
+                f"`layerbench run --resume {experiment.id}` with the same --db completes it",
+            )
+            raise
     return True
 
 

@@ -15,7 +15,7 @@ from layerbench.errors import UserError
 from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
 from layerbench.schedule import Trial, schedule
-from layerbench.store import Store, now
+from layerbench.store import Store, StoreLost, now
 from layerbench.workloads.base import Workload
 from layerbench.workloads.base import make_workloads as _make_workloads
 
@@ -146,9 +146,23 @@ class Experiment:
         except HostLost as lost:
             status, reason = "interrupted", lost.reason
             raise
+        except StoreLost as lost:
+            status, reason = "interrupted", f"the store went away ({lost.cause})"
+            raise
         finally:
-            self.store.finish_experiment(self.id, status, reason)
+            self._finish(status, reason)
         return self.id
+
+    def _finish(self, status: str, reason: str | None) -> None:
+        """Mark the experiment's end. Ending on an error (any status but done), a store that
+        cannot be reached to say so must not hide that error: the experiment stays running,
+        and the next run or clean marks it interrupted once the store is back."""
+        assert self.id is not None
+        try:
+            self.store.finish_experiment(self.id, status, reason)
+        except StoreLost:
+            if status == "done":
+                raise
 
     def run_trial(self, trial: Trial, setting: Setting) -> TrialResult:
         assert self.id is not None

@@ -109,6 +109,7 @@ def run_timed(
     cgroups: list[Path] = (),  # type: ignore[assignment]
     cpus: list[int] | None = None,
     pressure_group: Path | None = None,
+    rss_dir: Path | None = None,
 ) -> RunCounters:
     """Run argv to completion and measure it. The child runs in its own process group so
     a timeout or Ctrl-C can stop every process it started; it is in the control groups
@@ -118,12 +119,14 @@ def run_timed(
     called once the command has been let go; at_gate() last before the clock starts, with
     every counter read (a guest waits there for the host's go).
     pressure_group: a cgroup v2 directory among cgroups that holds only the child, whose
-    pressure files give the run's own stall time."""
+    pressure files give the run's own stall time.
+    rss_dir: where GNU time's small file goes (default: the temp dir). A trial's own directory
+    in the scratch root: a kill -9 of layerbench leaves it where clean removes it."""
     full_env = {**os.environ, **(env or {})}
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
         return failed(f"cannot start {argv[0]}: no such program")
-    with _rss_file() as rss_name, _stderr_to(stderr_path) as stderr_target:
+    with _rss_file(rss_dir) as rss_name, _stderr_to(stderr_path) as stderr_target:
         spawn = [GNU_TIME, "--quiet", "-f", "%M", "-o", rss_name, "--", *argv] if GNU_TIME else list(argv)
         try:
             gated = _Gated.spawn(spawn, cwd=cwd, env=full_env, stderr=stderr_target)
@@ -157,9 +160,9 @@ def run_timed(
 
 
 @contextlib.contextmanager
-def _rss_file() -> Iterator[str]:
+def _rss_file(directory: Path | None) -> Iterator[str]:
     """Where GNU time writes the child's peak RSS."""
-    fd, name = tempfile.mkstemp(prefix="layerbench-rss-")
+    fd, name = tempfile.mkstemp(prefix="layerbench-rss-", dir=directory)
     os.close(fd)
     try:
         yield name

@@ -50,6 +50,10 @@ class Cluster:
         shutil.chown(self.directory, USER)
         shutil.chown(self.socket, USER)
         self._as_postgres(str(BIN / "initdb"), "-D", str(self.data), "--auth=trust", "-U", USER, "-E", "UTF8")
+        self.restart()
+
+    def restart(self) -> None:
+        """Start the server of an initialised cluster (again, after stop)."""
         options = f"-k {self.socket} -c listen_addresses='' -c fsync=off -c max_connections=300"
         self._as_postgres(
             str(BIN / "pg_ctl"),

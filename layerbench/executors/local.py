@@ -150,6 +150,7 @@ class LocalExecutor(Executor):
                 cgroups=procs,
                 cpus=setting.plan.cpus,
                 pressure_group=pressure,
+                rss_dir=workdir,
             )
         if trace is not None:
             prepared.facts.update(trace.facts())

@@ -13,6 +13,10 @@ and a store of an older layerbench is refused with the command that upgrades it.
 (run): the schema is created in an empty database and a store of an older layerbench is
 upgraded, an SQLite file after a backup beside it. Either way a database of another program
 (tables, no layerbench metadata) is refused before anything touches it.
+
+A store that goes away once open (the server stopped, the connection cut, the disk full) is
+StoreLost: one line, never a traceback. Every write is one transaction, so what went away
+mid-write is absent, never half there.
 """
 
 import contextlib
@@ -31,7 +35,7 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from layerbench import metrics
 from layerbench.errors import UserError
@@ -53,6 +57,7 @@ __all__ = [
     "Location",
     "NoResults",
     "Store",
+    "StoreLost",
     "Upgrade",
     "locate",
     "now",
@@ -188,6 +193,19 @@ class NoResults(UserError):
     """Nothing to read: a missing SQLite file, or a database without a table."""
 
 
+class StoreLost(UserError):
+    """An open store can no longer be reached or written: the server stopped or the
+    connection was cut (PostgreSQL), the disk is full or the file locked too long (SQLite).
+    Not bad input, and not a bug: exit status 1 (2 is for bad input, 3 for a bug)."""
+
+    exit_status = 1
+
+    def __init__(self, location: Location, cause: str) -> None:
+        super().__init__(f"{location.noun} {location}: went away ({cause})")
+        self.location = location
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class Upgrade:
     """An older store brought to this layerbench's schema when it opened for writing."""
@@ -280,10 +298,23 @@ class Store:
         self.engine.dispose()
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _connection(self, *, transaction: bool) -> Iterator[Connection]:
+        """A connection of the open store (in one transaction, committed at the end of the
+        block, if asked); a store gone away is StoreLost."""
+        try:
+            with self.engine.begin() if transaction else self.engine.connect() as connection:
+                yield connection
+        except DBAPIError as exc:
+            # OperationalError: the database's own word for "not reachable or not writable
+            # now" (connection refused or cut, disk full, locked). Any other error whose
+            # connection died with it is the same thing seen mid-statement.
+            if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                raise StoreLost(self.location, _first_line(exc)) from None
+            raise
+
+    def _write(self) -> "contextlib.AbstractContextManager[Connection]":
         """One transaction, committed at the end of the block."""
-        with self.engine.begin() as connection:
-            yield connection
+        return self._connection(transaction=True)
 
     def _runs(self) -> Table:
         """The runs table: a column per metric registered now, or those a read-only store has."""
@@ -292,7 +323,7 @@ class Store:
         return runs_with(self._metric_columns)
 
     def _read(self, statement: Any) -> list[dict[str, Any]]:
-        with self.engine.connect() as connection:
+        with self._connection(transaction=False) as connection:
             return [dict(row._mapping) for row in connection.execute(statement)]
 
     # -- writing
@@ -441,15 +472,17 @@ class Store:
         )
 
     def mark_running_interrupted(self) -> list[int]:
-        """Experiments whose process on this machine is gone (killed) become 'interrupted'.
-        A shared database holds other machines' running experiments: those are left alone."""
+        """Experiments whose process on this machine is gone (killed, or it lost the store
+        and could not say so) become 'interrupted', with that as the reason. A shared database
+        holds other machines' running experiments: those are left alone."""
         table = experiments_table
         rows = self._read(select(table.c.id, table.c.pid, table.c.owner).where(table.c.status == "running"))
         mine = [r for r in rows if r["owner"] in (None, this_machine())]
-        ids = [r["id"] for r in mine if r["pid"] is None or not Path(f"/proc/{r['pid']}").exists()]
-        for ident in ids:
-            self.finish_experiment(ident, "interrupted")
-        return ids
+        gone = [r for r in mine if r["pid"] is None or not Path(f"/proc/{r['pid']}").exists()]
+        for row in gone:
+            process = "its process" if row["pid"] is None else f"its process (pid {row['pid']})"
+            self.finish_experiment(row["id"], "interrupted", f"{process} ended while it ran")
+        return [row["id"] for row in gone]
 
     def interrupt_mine(self) -> list[int]:
         """This process's running experiments (a fleet's, when its head is stopped) end interrupted."""
@@ -482,7 +515,7 @@ class Store:
 
     # -- reading
     def latest_experiment_id(self) -> int | None:
-        with self.engine.connect() as connection:
+        with self._connection(transaction=False) as connection:
             return connection.execute(select(func.max(experiments_table.c.id))).scalar()
 
     def experiment(self, experiment_id: int) -> dict[str, Any]:
@@ -515,7 +548,7 @@ class Store:
         return rows
 
     def run_count(self, experiment_id: int) -> int:
-        with self.engine.connect() as connection:
+        with self._connection(transaction=False) as connection:
             statement = select(func.count()).where(self._runs().c.experiment_id == experiment_id)
             return int(connection.execute(statement).scalar_one())
 
@@ -597,6 +630,6 @@ class Store:
         return record
 
     def fleet_of(self, experiment_id: int) -> str | None:
-        with self.engine.connect() as connection:
+        with self._connection(transaction=False) as connection:
             statement = select(experiments_table.c.fleet).where(experiments_table.c.id == experiment_id)
             return connection.execute(statement).scalar()

@@ -1,14 +1,28 @@
 """Crash recovery, resume, the lock, faults during runs, and real block devices."""
 
 import json
+import os
+import pickle
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli, wait_stopped
+from helpers import (
+    REPO,
+    TEST_ROOT,
+    cli,
+    leftovers,
+    leftovers_after,
+    one_line_error,
+    start_cli,
+    wait_stopped,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -66,6 +80,8 @@ def test_kill_9_anywhere_then_clean_and_resume(
         env={"LAYERBENCH_STOP_AT": point},
     )
     wait_stopped(child)
+    if point == "run-started":  # GNU time's file is in the trial's directory, not in /tmp
+        assert list(scratch.glob("trials/*/layerbench-rss-*"))
     child.kill()
     child.communicate(timeout=60)
     if not namespace and point in ("stack-built", "run-started"):
@@ -364,3 +380,99 @@ def test_a_loop_devices_scheduler_is_put_back_by_clean_after_kill_9(needs_root: 
     assert f"restored {queue} to {entry['old']}" in done.stdout, done.stdout
     assert f"[{entry['old']}]" in queue.read_text()
     assert leftovers_after(scratch, 10) == []
+
+
+def _agent(request: Any, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A fleet host's agent as the fleet's Ray task starts it: the request pickled on stdin."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "layerbench.fleet.agent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+    assert child.stdin is not None
+    child.stdin.write(pickle.dumps(request))
+    child.stdin.close()
+    child.stdin = None  # sent: communicate() must not write to it again
+    return child
+
+
+def test_a_fleet_agent_killed_mid_trial_leaves_nothing_after_clean_and_the_trial_runs_again(
+    needs_root: None, tmp_path: Path
+) -> None:
+    from layerbench.fleet.requests import PlanSource, Request
+    from layerbench.plan import parse_plan
+    from layerbench.schedule import schedule
+
+    plan = parse_plan(
+        'name = "agent"\nreps = 1\nwarmup = 0\n[stacks.s]\n'
+        'layers = [{ kind = "image", size = "64M", scheduler = "bfq" }, '
+        '{ kind = "limits", memory = "256M" }]\n'
+        '[workloads.w]\nkind = "stream-write"\nsize = "4M"\n',
+        "agent.toml",
+    )
+    scratch = TEST_ROOT / "agent-killed"
+    request = Request("run", "here", str(scratch), PlanSource.of(plan), schedule(plan, 1)[0], 1)
+    child = _agent(request, {"LAYERBENCH_STOP_AT": "run-started"})
+    wait_stopped(child)  # type: ignore[arg-type]
+    assert any(item.startswith("cgroup") for item in leftovers(scratch)), leftovers(scratch)
+    child.kill()
+    child.communicate(timeout=60)
+    done = cli("clean", "--scratch", str(scratch), "--db", str(tmp_path / "none.db"), check=True)
+    assert "restored /sys/block/loop" in done.stdout and "Traceback" not in done.stderr, done.stdout
+    assert leftovers_after(scratch, 10) == []
+    again = _agent(request)
+    output, errors = again.communicate(timeout=300)
+    answer = pickle.loads(output)
+    assert answer.ok and answer.value.counters.status == "ok", (answer.error, errors)
+    assert leftovers(scratch) == []
+
+
+def test_a_postgresql_server_stopped_mid_run_keeps_whole_runs_and_the_experiment_resumes(
+    needs_root: None, tmp_path: Path
+) -> None:
+    """The workload stops the server in the third trial's timed run: layerbench says so in one
+    line (exit 1), leaves nothing; the two runs before stay, each with all its samples; clean
+    marks the experiment interrupted with a reason; resume completes it."""
+    import postgres
+
+    if reason := postgres.missing():
+        pytest.skip(reason)
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)
+    with postgres.cluster(TEST_ROOT) as server:
+        url = server.create_database("results")
+        started = tmp_path / "trials-started"
+        stop = f"runuser -u postgres -- {postgres.BIN}/pg_ctl -D {server.data} -m immediate -w stop"
+        plan = _plan(
+            tmp_path,
+            'name = "pg"\nreps = 4\nwarmup = 0\nrerun_disturbed = 0\n[stacks.s]\n'
+            'layers = [{ kind = "image", size = "64M" }]\n[workloads.w]\nkind = "command"\n'
+            f"run = \"sh -c 'echo >> {started}; [ $(wc -l < {started}) -ne 3 ] || {stop} >/dev/null'\"\n",
+        )
+        scratch = TEST_ROOT / "postgresql-stopped"
+        done = cli("run", str(plan), "--db", url, "--scratch", str(scratch), "--quiet")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        [line] = [line for line in done.stderr.splitlines() if line.startswith("layerbench:")]
+        assert "went away" in line and "`layerbench run --resume 1`" in line, line
+        assert leftovers(scratch) == []
+        server.restart()
+        with psycopg.connect(host=str(server.socket), user=postgres.USER, dbname="results") as db:
+            stored = db.execute(
+                "SELECT r.trial, r.facts_json, (SELECT count(*) FROM samples s WHERE s.run_id = r.id) "
+                "FROM runs r ORDER BY r.trial"
+            ).fetchall()
+        assert [trial for trial, _, _ in stored] == [0, 1]
+        assert all(json.loads(facts)["sampler"]["count"] == samples > 0 for _, facts, samples in stored)
+        cleaned = cli("clean", "--scratch", str(scratch), "--db", url, check=True)
+        assert "experiment 1 marked interrupted" in cleaned.stdout
+        with psycopg.connect(host=str(server.socket), user=postgres.USER, dbname="results") as db:
+            status, why = db.execute("SELECT status, status_reason FROM experiments").fetchone()
+        assert status == "interrupted" and why.endswith("ended while it ran"), (status, why)
+        # The resumed trials are the 4th and 5th to start: the server stays up.
+        cli("run", "--resume", "1", "--db", url, "--scratch", str(scratch), "--quiet", check=True)
+        with psycopg.connect(host=str(server.socket), user=postgres.USER, dbname="results") as db:
+            trials = [row[0] for row in db.execute("SELECT trial FROM runs ORDER BY trial")]
+            status = db.execute("SELECT status FROM experiments").fetchone()[0]
+        assert (trials, status) == ([0, 1, 2, 3], "done")
+        assert leftovers(scratch) == []
