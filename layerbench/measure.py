@@ -111,17 +111,13 @@ def run_timed(
     pressure_group: Path | None = None,
     rss_dir: Path | None = None,
 ) -> RunCounters:
-    """Run argv to completion and measure it. The child runs in its own process group so
-    a timeout or Ctrl-C can stop every process it started; it is in the control groups
-    (their cgroup.procs files) and on the CPUs given before the command's first instruction
-    (see _Gated), and the clock holds the command alone. on_start(pid) is told the child's
-    pid (its process group id) before the command runs, for the journal; on_running() is
-    called once the command has been let go; at_gate() last before the clock starts, with
-    every counter read (a guest waits there for the host's go).
-    pressure_group: a cgroup v2 directory among cgroups that holds only the child, whose
-    pressure files give the run's own stall time.
-    rss_dir: where GNU time's small file goes (default: the temp dir). A trial's own directory
-    in the scratch root: a kill -9 of layerbench leaves it where clean removes it."""
+    """Run argv to completion and measure it: in its own process group, in the control groups
+    (cgroup.procs files) and on the CPUs given before its first instruction (see _Gated); the
+    clock holds the command alone. on_start(pid): the child's pid, for the journal, before the
+    command runs; at_gate(): last before the clock (a guest waits there for the host's go);
+    on_running(): once the command was let go. pressure_group: a cgroup v2 group among cgroups
+    holding only the child (its own stall time). rss_dir: where GNU time's file goes (a
+    trial's directory, which clean removes after a kill -9; default: the temp dir)."""
     full_env = {**os.environ, **(env or {})}
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=full_env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):

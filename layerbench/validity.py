@@ -277,9 +277,14 @@ def calibration_checks(
                         True,
                     )
                 )
+    return checks + stopping_rule_checks(experiments)
+
+
+def stopping_rule_checks(experiments: int) -> list[Check]:
+    """The rules that add rounds after looking: a budget's (its own study) and reps = "auto"."""
     # Each simulated sequential experiment runs up to 6 looks through the real code: 300 of
     # each kind (about 25 s here) give a Monte-Carlo error near 1.3 % on a 5 % rate.
-    checks += sequential_check.checks(min(300, max(50, experiments // 2)))
+    checks = sequential_check.checks(min(300, max(50, experiments // 2)))
     rate, error = adaptive_false_alarms(DRIFT)
     checks.append(
         Check(

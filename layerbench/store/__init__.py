@@ -308,7 +308,10 @@ class Store:
             # OperationalError: the database's own word for "not reachable or not writable
             # now" (connection refused or cut, disk full, locked). Any other error whose
             # connection died with it is the same thing seen mid-statement.
-            if isinstance(exc, OperationalError) or exc.connection_invalidated:
+            # A write through a store opened read-only is refused by the database itself
+            # (SQLite says so with an OperationalError): that is the refusal, not a loss.
+            gone = isinstance(exc, OperationalError) and not self.read_only
+            if gone or exc.connection_invalidated:
                 raise StoreLost(self.location, _first_line(exc)) from None
             raise
 
