@@ -6,6 +6,7 @@ started). A host lost mid-way ends its own experiment, `interrupted (host lost)`
 finished runs kept; the other hosts go on. `run --resume` on a lost host, once it is back,
 runs only its missing trials, on that host."""
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -62,6 +63,21 @@ def run_fleet(
 ) -> FleetOutcome:
     fleet = uuid.uuid4().hex[:12]
     executors = {h.name: HostExecutor(h) for h in chosen}
+    with contextlib.ExitStack() as agents:  # every host freed, whatever ends the fleet
+        for executor in executors.values():
+            agents.callback(executor.close)
+        return _run_on(fleet, plan, store, chosen, executors, progress, seed)
+
+
+def _run_on(
+    fleet: str,
+    plan: Plan,
+    store: Store,
+    chosen: list[hosts.Host],
+    executors: dict[str, HostExecutor],
+    progress: FleetProgress | None,
+    seed: int | None,
+) -> FleetOutcome:
     experiments: dict[str, Experiment] = {}
     for name, executor in executors.items():
         # The first picks the seed as any experiment does; every other host takes the same.
@@ -103,6 +119,9 @@ def run_hosts(
             outcome.status, outcome.detail = "interrupted (host lost)", str(lost)
         except Exception as exc:  # one host's bug must not stop the others; its experiment says failed
             outcome.status, outcome.detail = "failed", f"{type(exc).__name__}: {exc}"
+        finally:  # the host is free as soon as its own experiment ends
+            if isinstance(experiment.executor, HostExecutor):
+                experiment.executor.close()
 
     threads = [threading.Thread(target=one, args=(o,), name=f"host {o.host}", daemon=True) for o in outcomes]
     for thread in threads:
@@ -118,8 +137,12 @@ def resume_host(store: Store, experiment_id: int, progress: FleetProgress | None
     if not name:
         raise UserError(f"experiment {experiment_id} ran on no fleet host; resume it without --fleet")
     (host,) = hosts.select(name)
-    experiment = Experiment.resume(store, HostExecutor(host), experiment_id)
-    outcome = HostOutcome(name, experiment_id)
-    experiment.prepare([])
-    run_hosts({name: experiment}, [outcome], progress)
+    executor = HostExecutor(host)
+    try:
+        experiment = Experiment.resume(store, executor, experiment_id)
+        outcome = HostOutcome(name, experiment_id)
+        experiment.prepare([])
+        run_hosts({name: experiment}, [outcome], progress)
+    finally:
+        executor.close()
     return outcome
