@@ -150,14 +150,33 @@ def serve_requests(scratch: Scratch, host: str, requests: BinaryIO, answers: Bin
         scratch.unlock()
 
 
-def _die_with_parent() -> None:
-    """SIGTERM when the thread that started us exits (remote.HostAgent keeps it for as long
-    as we run; see also _watch_parent)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _die_with_parent(signum: int) -> None:
+    """signum when the thread that forked us exits (see also _watch_parent)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+
+
+def _behind_a_guard() -> int:
+    """Fork: the process the actor started becomes a guard that only waits; the agent goes
+    on in the child, and its pid is returned there. Ray SIGKILLs a worker's children when the
+    worker exits (its owner, the head's driver, gone), which would leave a trial standing:
+    it kills the guard instead, and the agent is then sent SIGTERM (PR_SET_PDEATHSIG) and
+    tears down. The guard dies with the actor's thread that started it, or on SIGTERM."""
+    _die_with_parent(signal.SIGKILL)  # remote.HostAgent keeps that thread as long as we run
+    guard = os.getpid()
+    agent = os.fork()
+    if agent == 0:
+        _die_with_parent(signal.SIGTERM)
+        if os.getppid() != guard:  # the guard went before the line above: nothing is built yet
+            os._exit(1)
+        return guard
+    for descriptor in (0, 1):  # the actor sees the agent's end of the pipes, not ours
+        os.close(descriptor)
+    _, status = os.waitpid(agent, 0)
+    os._exit(os.waitstatus_to_exitcode(status) % 256)
 
 
 def main() -> int:
-    _die_with_parent()
+    guard = _behind_a_guard()
     parser = argparse.ArgumentParser(prog="python -m layerbench.fleet.agent")
     parser.add_argument("--host", required=True)
     parser.add_argument("--scratch", type=Path, required=True)
@@ -169,7 +188,7 @@ def main() -> int:
     if reason := namespace.enter_private_mount_namespace():
         _send(answers, Answer(False, error=f"no private mount namespace: {reason}"))
         return 0
-    _watch_parent(int(os.environ.get("LAYERBENCH_AGENT_PARENT", os.getppid())))
+    _watch_parent(guard)
     scratch = Scratch(args.scratch)
     _stop_on_signals(scratch)
     with contextlib.suppress(KeyboardInterrupt):  # a signal before the loop: nothing was built yet

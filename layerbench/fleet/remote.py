@@ -38,7 +38,7 @@ def _agent_environment() -> dict[str, str]:
 
     package_parent = str(Path(layerbench.__file__).resolve().parent.parent)
     search = [package_parent, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(search), "LAYERBENCH_AGENT_PARENT": str(os.getpid())}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(search)}
 
 
 @ray.remote(max_restarts=0, max_task_retries=0)
