@@ -15,3 +15,6 @@ coordinator.py on the head: one experiment per host, each in its own thread, run
 The trial itself runs through HostExecutor (executors/fleet.py): the experiment on the head
 decides what runs next, exactly as it does for a local run.
 """
+
+# A fleet's id: this many hex digits (`run --resume` tells it from an experiment's number).
+FLEET_ID_LENGTH = 12
