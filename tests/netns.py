@@ -75,10 +75,10 @@ class Host:
         return found
 
 
-def _kill_all(pids: set[int]) -> None:
+def _kill_all(pids: set[int], signum: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
 
 
 def _fleet_groups_of(pids: set[int]) -> set[Path]:
@@ -111,13 +111,18 @@ def network(count: int, tag: str) -> Iterator[list[Host]]:
                 for child in host.processes:
                     with contextlib.suppress(ProcessLookupError):
                         child.kill()
-            deadline = time.monotonic() + 20
+            # SIGTERM first: a host's agent then tears its trial down; what is left is killed.
+            pids = set().union(*(host.pids() for host in made))
+            groups.update(_fleet_groups_of(pids))
+            _kill_all(pids, signal.SIGTERM)
+            deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 pids = set().union(*(host.pids() for host in made))
                 groups.update(_fleet_groups_of(pids))
                 if not pids:
                     break
-                _kill_all(pids)
+                if time.monotonic() > deadline - 20:
+                    _kill_all(pids, signal.SIGKILL)
                 time.sleep(0.1)
             for group in groups:  # what left the namespaces' processes behind (none should)
                 confine.Confinement(group, "127.0.0.1").stop()

@@ -108,10 +108,12 @@ def netns_fleet(needs_root: None, postgres_cluster: Any) -> Iterator[tuple[Names
             subprocess.run(["rm", "-rf", str(root)], check=True)
         root.mkdir(parents=True)
         cleanup.callback(subprocess.run, ["rm", "-rf", str(root)], check=False)
+        names = [f"n{tag}{letter}" for letter in "abc"]
+        for name in names:  # callbacks run last first: after the namespaces' processes are gone
+            cleanup.callback(cli, "clean", "--scratch", str(root / name), "--db", str(root / "none.db"))
         namespaces = cleanup.enter_context(network(4, tag))
         fleet = NamespaceFleet(root, namespaces, port, tag)
-        for name in fleet.hosts:  # callbacks run last first: after the namespaces' processes are gone
-            cleanup.callback(cli, "clean", "--scratch", str(root / name), "--db", str(root / "none.db"))
+        assert list(fleet.hosts) == names
         head = fleet.layerbench(
             fleet.head, "host", "head", "--bind", fleet.head.address, "--port", str(port), *fleet.credentials
         )
@@ -142,7 +144,21 @@ def _nothing_left(root: Path) -> None:
     deadline = time.monotonic() + 30
     while (_agents() or leftovers(root)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _agents() and not leftovers(root)
+    assert not _agents() and not leftovers(root), [_described(pid) for pid in _agents()]
+
+
+def _described(pid: str) -> str:
+    """An agent still there: its state, parent, cgroup and what it waits in."""
+    with contextlib.suppress(OSError):
+        status = dict(
+            line.split(":\t", 1)
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if ":\t" in line
+        )
+        group = Path(f"/proc/{pid}/cgroup").read_text().strip()
+        waits = Path(f"/proc/{pid}/wchan").read_text()
+        return f"{pid}: {status['State']}, parent {status['PPid']}, {group}, in {waits}"
+    return f"{pid}: gone"
 
 
 def _raylets(namespace: Host) -> list[int]:
