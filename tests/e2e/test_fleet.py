@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, start_cli
+from helpers import TEST_ROOT, cli, fleet_agents, leftovers, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -134,22 +134,13 @@ def _plan(tmp_path: Path, reps: int, sleep: float) -> Path:
     return plan
 
 
-def _agents() -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"layerbench.fleet.agent" in (proc / "cmdline").read_bytes():
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
 def _nothing_left(root: Path) -> None:
+    """No agent of this fleet (its scratch roots are under root: another run's agents on
+    this machine are not ours to wait for) and nothing it made is left."""
     deadline = time.monotonic() + 15
-    while (_agents() or leftovers(root)) and time.monotonic() < deadline:
+    while (fleet_agents(root) or leftovers(root)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _agents() and not leftovers(root)
+    assert not fleet_agents(root) and not leftovers(root)
 
 
 def _by_host(store: Store) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers
+from helpers import REPO, TEST_ROOT, cli, fleet_agents, leftovers
 from netns import Host, listening, network
 
 pytestmark = pytest.mark.e2e
@@ -131,23 +131,16 @@ def netns_fleet(needs_root: None, postgres_cluster: Any) -> Iterator[tuple[Names
     ]
 
 
-def _agents() -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if proc.name.isdigit() and b"layerbench.fleet.agent" in (proc / "cmdline").read_bytes():
-                found.append(proc.name)
-    return found
-
-
 def _nothing_left(root: Path) -> None:
+    """No agent of this fleet (its scratch roots are under root: another run's agents on
+    this machine are not ours to wait for) and nothing it made is left."""
     deadline = time.monotonic() + 30
-    while (_agents() or leftovers(root)) and time.monotonic() < deadline:
+    while (fleet_agents(root) or leftovers(root)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _agents() and not leftovers(root), [_described(pid) for pid in _agents()]
+    assert not fleet_agents(root) and not leftovers(root), [_described(pid) for pid in fleet_agents(root)]
 
 
-def _described(pid: str) -> str:
+def _described(pid: int) -> str:
     """An agent still there: its state, parent, cgroup and what it waits in."""
     with contextlib.suppress(OSError):
         status = dict(
