@@ -50,8 +50,12 @@ def _stop_on_signals(scratch: Scratch) -> None:
             raise KeyboardInterrupt
         scratch.hurry = True
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for signum in stops:
         signal.signal(signum, handler)
+    # A Ray worker blocks SIGINT, and a blocked signal stays blocked across fork and exec:
+    # without this the agent would never see one (nor would the commands it starts).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
 
 def _watch_parent(parent: int) -> None:

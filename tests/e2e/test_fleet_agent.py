@@ -23,11 +23,13 @@ pytestmark = pytest.mark.e2e
 
 pytest.importorskip("ray", reason="Ray is a dependency of layerbench (pyproject.toml)")
 
-# The Ray worker as far as the agent can tell: the actor's __init__ (the agent started
-# from a thread that lives as long as it does), then, with "run", one request for a trial
-# of PLAN asked from another thread (as an actor method would), then nothing.
+# The Ray worker as far as the agent can tell: SIGINT blocked (as a Ray worker has it), the
+# actor's __init__ (the agent started from a thread that lives as long as it does), then,
+# with "run", one request for a trial of PLAN asked from another thread (as an actor method
+# would), then nothing.
 WORKER = """
-import sys, threading, time
+import signal, sys, threading, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 import layerbench.fleet.remote as remote
 from layerbench.fleet.requests import PlanSource, Request
 from layerbench.plan import parse_plan
@@ -169,6 +171,19 @@ def test_the_agent_goes_when_its_worker_is_killed(root: Path, mode: str) -> None
         worker.kill()
         worker.wait()
         print(f"{mode}: the agent went {_gone([guard, agent, *timed]):.2f} s after its worker was killed")
+        _free(root)
+    finally:
+        _stop(worker)
+
+
+@pytest.mark.parametrize("mode", ["idle", "run"])
+def test_the_agent_stops_on_sigint_though_its_worker_blocks_it(root: Path, mode: str) -> None:
+    """SIGINT is one of the signals that stop an agent; a blocked mask is inherited."""
+    worker, guard, agent = _start(root, mode)
+    try:
+        timed = [_trial_started(agent)] if mode == "run" else []
+        os.kill(agent, signal.SIGINT)
+        print(f"{mode}: the agent went {_gone([guard, agent, *timed]):.2f} s after SIGINT")
         _free(root)
     finally:
         _stop(worker)
