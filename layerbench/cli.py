@@ -31,6 +31,7 @@ from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment, Trial
+from layerbench.fleet import FLEET_ID_LENGTH
 from layerbench.plan import load_plan
 from layerbench.reports import base as reports
 from layerbench.reports import comparison as comparison_formats
@@ -88,9 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar, no final report")
     run.add_argument(
         "--resume",
-        type=int,
+        type=_experiment_or_fleet,
         metavar="EXPERIMENT",
-        help="run only the trials an interrupted experiment is missing",
+        help="run only the trials an interrupted experiment is missing "
+        "(with --fleet: an experiment, or a fleet's id for every unfinished host of that fleet)",
     )
     run.add_argument(
         "--allow-device",
@@ -250,6 +252,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--credentials: only with --fleet HEAD")
     if args.resume is not None and (args.plan or args.reps or args.quick or args.budget):
         raise UserError("--resume takes the plan and options stored with the experiment; give no plan")
+    if isinstance(args.resume, str):
+        raise UserError(
+            f"--resume {args.resume}: an experiment's number (a fleet's id only with --fleet HEAD)"
+        )
     plan = (
         None
         if args.resume is not None
@@ -383,6 +389,15 @@ def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
         experiment.run(update)
 
 
+def _experiment_or_fleet(value: str) -> int | str:
+    """--resume: an experiment's number, or a fleet's id (12 hex digits, as `run --fleet` prints it)."""
+    if value.isdigit() and len(value) != FLEET_ID_LENGTH:
+        return int(value)
+    if len(value) == FLEET_ID_LENGTH and all(c in "0123456789abcdef" for c in value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: an experiment's number or a fleet's id")
+
+
 def cmd_run_fleet(args: argparse.Namespace) -> int:
     """The plan on every chosen host of the fleet at once, each its own experiment."""
     from layerbench.fleet import coordinator, credentials, hosts
@@ -397,10 +412,17 @@ def cmd_run_fleet(args: argparse.Namespace) -> int:
     store = _open_for_writing(args.db)  # a bad URL or missing rights: one line, before the fleet is touched
     hosts.connect(args.fleet, credentials.load(args.credentials))
     chosen = [] if args.resume is not None else hosts.select(args.hosts)
+    if args.resume is not None:
+        # A head that was killed left its experiments running in the store: this machine's
+        # dead ones become interrupted, as `run` does for a local run (another machine's stay).
+        for ident in store.mark_running_interrupted():
+            console.print(f"experiment {ident} was killed; marked interrupted")
     display = FleetDisplay(quiet=args.quiet)
     try:
         with display:
-            if args.resume is not None:
+            if isinstance(args.resume, str):
+                outcomes = coordinator.resume_fleet(store, args.resume, display.update)
+            elif args.resume is not None:
                 outcomes = [coordinator.resume_host(store, args.resume, display.update)]
             else:
                 assert plan is not None

@@ -119,6 +119,31 @@ def leftovers(root: Path) -> list[str]:
     return found
 
 
+AGENT_MODULE = "layerbench.fleet.agent"
+
+
+def fleet_agents(root: Path) -> list[int]:
+    """The fleet agents (and their guards, which have the same command line) whose scratch
+    root lies under root: a test's own, never another run's. Others run beside a test on the
+    same machine (another checkout's fleet tests, the recovery stress harness's agent cases),
+    and an agent found by its module name alone was one of them as often as one of ours."""
+    prefix = str(root).rstrip("/") + "/"
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+        except OSError:
+            continue
+        if AGENT_MODULE not in argv:
+            continue
+        scratch = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--scratch"), "")
+        if (scratch.rstrip("/") + "/").startswith(prefix):
+            found.append(int(proc.name))
+    return sorted(found)
+
+
 def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     """Assert a bad-input failure: exit 2, exactly one line, no traceback."""
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)

@@ -1,11 +1,18 @@
-"""A host's agent: one request of the head, in a child of the Ray worker, as root, in the
-host's scratch root; the answer pickled on stdout.
+"""A host's agent: the requests of one experiment on this host, one at a time, in a child of
+the host's Ray actor (remote.HostAgent), as root, in the host's scratch root.
 
-It runs a trial exactly as `layerbench run` does here (its own mount namespace, the scratch
-root's lock, recovery of what an earlier agent left, LocalExecutor), and tears everything
-down when it is told to stop (SIGTERM, SIGINT, SIGHUP) or when its parent goes away: the
-worker is killed when the head disappears or its node is taken down."""
+    python -m layerbench.fleet.agent --host NAME --scratch DIR
 
+It is started once per experiment and host (a Python start-up, the imports, the namespace,
+the lock and the recovery cost about a second: paid once, not per trial). It first enters
+its own mount namespace, takes the scratch root's lock (held until it exits) and recovers
+whatever an earlier agent left, then says whether it is ready; then it answers each request
+read from stdin (pickled), on its stdout, until stdin closes. A trial runs exactly as
+`layerbench run` runs it here (LocalExecutor). Everything is torn down when it is told to
+stop (SIGTERM, SIGINT, SIGHUP) or when its parent goes away: the actor is killed when the
+head disappears or its node is taken down."""
+
+import argparse
 import contextlib
 import ctypes
 import os
@@ -16,15 +23,21 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 from layerbench import namespace
 from layerbench.errors import UserError
 from layerbench.executors.base import Setting
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import make_workloads
-from layerbench.fleet.requests import Answer, Request
+from layerbench.fleet.requests import Answer, PlanSource, Request
+from layerbench.plan import Plan
 from layerbench.scratch import Scratch
+from layerbench.workloads.base import Workload
+
+# An agent whose experiment just ended may still be tearing its last trial down (the head
+# died, and a new one resumes at once): the next one waits this long for the lock.
+LOCK_WAIT_S = 60.0
 
 
 def _stop_on_signals(scratch: Scratch) -> None:
@@ -37,8 +50,12 @@ def _stop_on_signals(scratch: Scratch) -> None:
             raise KeyboardInterrupt
         scratch.hurry = True
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for signum in stops:
         signal.signal(signum, handler)
+    # A Ray worker blocks SIGINT, and a blocked signal stays blocked across fork and exec:
+    # without this the agent would never see one (nor would the commands it starts).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
 
 def _watch_parent(parent: int) -> None:
@@ -52,67 +69,136 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def serve(request: Request, scratch: Scratch) -> Any:
-    executor = LocalExecutor(scratch)
-    if request.operation == "describe":
-        return executor.host()
-    if request.operation == "sentinel":
-        return executor.sentinel()
-    assert request.plan is not None
-    plan = request.plan.load()
-    workloads = make_workloads(plan)
-    executor.check(plan, workloads)  # also resolves the worlds and fetches what is missing
-    if request.operation == "check":
-        return None
-    assert request.trial is not None
-    started = time.time()
-    result = executor.run(request.trial, Setting(plan, workloads, request.experiment_id))
-    # When the host held the trial, by its own clock: its trials never overlap.
-    result.facts.update(host_started=started, host_finished=time.time())
-    return result
-
-
-def answer(request: Request) -> Answer:
-    if os.geteuid() != 0:
-        return Answer(
-            False, error="the host's agent runs as a user, not root: start `layerbench host join` as root"
-        )
-    # Before any thread starts: a mount namespace needs a single-threaded process.
-    if reason := namespace.enter_private_mount_namespace():
-        return Answer(False, error=f"no private mount namespace: {reason}")
-    _watch_parent(int(os.environ.get("LAYERBENCH_AGENT_PARENT", os.getppid())))
-    scratch = Scratch(Path(request.scratch))
-    _stop_on_signals(scratch)
-    try:
-        scratch.lock(f"layerbench fleet host {request.host}")
+def _lock(scratch: Scratch, holder: str) -> None:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
         try:
-            for problem in scratch.clean().problems:
-                return Answer(False, error=f"cannot remove what an earlier run left: {problem}")
-            return Answer(True, serve(request, scratch))
-        finally:
-            scratch.tidy()
-            scratch.unlock()
+            scratch.lock(holder)
+            return
+        except UserError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+class Agent:
+    """What stays from one request to the next: the executor, and each plan once checked."""
+
+    def __init__(self, scratch: Scratch) -> None:
+        self.executor = LocalExecutor(scratch)
+        self.checked: dict[PlanSource, tuple[Plan, dict[str, Workload]]] = {}
+
+    def _checked(self, source: PlanSource) -> tuple[Plan, dict[str, Workload]]:
+        """The plan and its workloads, checked (and what they need fetched) on its first request."""
+        if source not in self.checked:
+            plan = source.load()
+            workloads = make_workloads(plan)
+            self.executor.check(plan, workloads)  # also resolves the worlds and fetches what is missing
+            self.checked[source] = (plan, workloads)
+        return self.checked[source]
+
+    def serve(self, request: Request) -> Any:
+        if request.operation == "describe":
+            return self.executor.host()
+        if request.operation == "sentinel":
+            return self.executor.sentinel()
+        assert request.plan is not None
+        plan, workloads = self._checked(request.plan)
+        if request.operation == "check":
+            return None
+        assert request.trial is not None
+        started = time.time()
+        result = self.executor.run(request.trial, Setting(plan, workloads, request.experiment_id))
+        # When the host held the trial, by its own clock: its trials never overlap.
+        result.facts.update(host_started=started, host_finished=time.time())
+        return result
+
+
+def _send(answers: BinaryIO, answer: Answer) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        pickle.dump(answer, answers)
+        answers.flush()
+
+
+def serve_requests(scratch: Scratch, host: str, requests: BinaryIO, answers: BinaryIO) -> None:
+    """Ready (or why not), then one answer per request until stdin closes or a signal stops it."""
+    if os.geteuid() != 0:
+        refusal = "the host's agent runs as a user, not root: start `layerbench host join` as root"
+        _send(answers, Answer(False, error=refusal))
+        return
+    try:
+        _lock(scratch, f"layerbench fleet host {host}")
     except UserError as exc:
-        return Answer(False, error=str(exc))
+        _send(answers, Answer(False, error=str(exc)))
+        return
+    try:
+        for problem in scratch.clean().problems:
+            _send(answers, Answer(False, error=f"cannot remove what an earlier run left: {problem}"))
+            return
+        agent = Agent(scratch)
+        _send(answers, Answer(True))
+        while True:
+            try:
+                request: Request = pickle.load(requests)
+            except EOFError:  # the experiment is over on this host
+                return
+            try:
+                answer = Answer(True, agent.serve(request))
+            except UserError as exc:
+                answer = Answer(False, error=str(exc))
+            _send(answers, answer)
     except KeyboardInterrupt:
-        return Answer(False, error="stopped; everything built was torn down")
+        _send(answers, Answer(False, error="stopped; everything built was torn down"))
+    finally:
+        scratch.tidy()
+        scratch.unlock()
 
 
-def _die_with_parent() -> None:
-    """SIGTERM when the worker that started us exits (its thread, exactly; see _watch_parent)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _die_with_parent(signum: int) -> None:
+    """signum when the thread that forked us exits (see also _watch_parent)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+
+
+def _behind_a_guard() -> int:
+    """Fork: the process the actor started becomes a guard that only waits; the agent goes
+    on in the child, and its pid is returned there. Ray SIGKILLs a worker's children when the
+    worker exits (its owner, the head's driver, gone), which would leave a trial standing:
+    it kills the guard instead, and the agent is then sent SIGTERM (PR_SET_PDEATHSIG) and
+    tears down. The guard dies with the actor's thread that started it, or on SIGTERM."""
+    _die_with_parent(signal.SIGKILL)  # remote.HostAgent keeps that thread as long as we run
+    guard = os.getpid()
+    agent = os.fork()
+    if agent == 0:
+        _die_with_parent(signal.SIGTERM)
+        if os.getppid() != guard:  # the guard went before the line above: nothing is built yet
+            os._exit(1)
+        return guard
+    for descriptor in (0, 1):  # the actor sees the agent's end of the pipes, not ours
+        os.close(descriptor)
+    _, status = os.waitpid(agent, 0)
+    os._exit(os.waitstatus_to_exitcode(status) % 256)
 
 
 def main() -> int:
-    _die_with_parent()
-    request: Request = pickle.load(sys.stdin.buffer)
-    # The answer goes to the real stdout; anything else printed goes to stderr (the worker's log).
-    answer_out = os.fdopen(os.dup(1), "wb")
+    guard = _behind_a_guard()
+    parser = argparse.ArgumentParser(prog="python -m layerbench.fleet.agent")
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--scratch", type=Path, required=True)
+    args = parser.parse_args()
+    # The answers go to the real stdout; anything else printed goes to stderr (the actor's log).
+    answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    result = answer(request)
+    # Before any thread starts: a mount namespace needs a single-threaded process.
+    if reason := namespace.enter_private_mount_namespace():
+        _send(answers, Answer(False, error=f"no private mount namespace: {reason}"))
+        return 0
+    _watch_parent(guard)
+    scratch = Scratch(args.scratch)
+    _stop_on_signals(scratch)
+    with contextlib.suppress(KeyboardInterrupt):  # a signal before the loop: nothing was built yet
+        serve_requests(scratch, args.host, sys.stdin.buffer, answers)
     with contextlib.suppress(BrokenPipeError):
-        pickle.dump(result, answer_out)
-        answer_out.close()
+        answers.close()
     return 0
 
 

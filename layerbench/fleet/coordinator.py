@@ -6,6 +6,7 @@ started). A host lost mid-way ends its own experiment, `interrupted (host lost)`
 finished runs kept; the other hosts go on. `run --resume` on a lost host, once it is back,
 runs only its missing trials, on that host."""
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from layerbench.errors import UserError
 from layerbench.executors.base import HostLost, TrialResult
 from layerbench.executors.fleet import HostExecutor
 from layerbench.experiment import Experiment, Trial
-from layerbench.fleet import hosts
+from layerbench.fleet import FLEET_ID_LENGTH, hosts
 from layerbench.plan import Plan
 from layerbench.store import Store
 
@@ -60,8 +61,23 @@ def run_fleet(
     progress: FleetProgress | None = None,
     seed: int | None = None,
 ) -> FleetOutcome:
-    fleet = uuid.uuid4().hex[:12]
+    fleet = uuid.uuid4().hex[:FLEET_ID_LENGTH]
     executors = {h.name: HostExecutor(h) for h in chosen}
+    with contextlib.ExitStack() as agents:  # every host freed, whatever ends the fleet
+        for executor in executors.values():
+            agents.callback(executor.close)
+        return _run_on(fleet, plan, store, chosen, executors, progress, seed)
+
+
+def _run_on(
+    fleet: str,
+    plan: Plan,
+    store: Store,
+    chosen: list[hosts.Host],
+    executors: dict[str, HostExecutor],
+    progress: FleetProgress | None,
+    seed: int | None,
+) -> FleetOutcome:
     experiments: dict[str, Experiment] = {}
     for name, executor in executors.items():
         # The first picks the seed as any experiment does; every other host takes the same.
@@ -103,6 +119,9 @@ def run_hosts(
             outcome.status, outcome.detail = "interrupted (host lost)", str(lost)
         except Exception as exc:  # one host's bug must not stop the others; its experiment says failed
             outcome.status, outcome.detail = "failed", f"{type(exc).__name__}: {exc}"
+        finally:  # the host is free as soon as its own experiment ends
+            if isinstance(experiment.executor, HostExecutor):
+                experiment.executor.close()
 
     threads = [threading.Thread(target=one, args=(o,), name=f"host {o.host}", daemon=True) for o in outcomes]
     for thread in threads:
@@ -114,12 +133,41 @@ def run_hosts(
 def resume_host(store: Store, experiment_id: int, progress: FleetProgress | None = None) -> HostOutcome:
     """A lost host's experiment, once the host is back: only its missing trials, there."""
     record = store.experiment(experiment_id)
-    name = record["host_name"]
-    if not name:
+    if not record["host_name"]:
         raise UserError(f"experiment {experiment_id} ran on no fleet host; resume it without --fleet")
-    (host,) = hosts.select(name)
-    experiment = Experiment.resume(store, HostExecutor(host), experiment_id)
-    outcome = HostOutcome(name, experiment_id)
-    experiment.prepare([])
-    run_hosts({name: experiment}, [outcome], progress)
+    (outcome,) = _resume({record["host_name"]: experiment_id}, store, progress)
     return outcome
+
+
+def resume_fleet(store: Store, fleet: str, progress: FleetProgress | None = None) -> list[HostOutcome]:
+    """Every experiment of the fleet that did not finish (its host was lost, or its head
+    died), each on its own host again, all at once: only the trials it has no run for."""
+    unfinished = {
+        name: member["id"]
+        for name, member in store.fleet(fleet)["experiments"].items()
+        if member["status"] != "done"
+    }
+    if not unfinished:
+        raise UserError(f"fleet {fleet}: every host's experiment is complete; nothing to resume")
+    return _resume(unfinished, store, progress)
+
+
+def _resume(
+    experiment_ids: dict[str, int], store: Store, progress: FleetProgress | None
+) -> list[HostOutcome]:
+    chosen = hosts.select(",".join(experiment_ids))  # each host must have joined (again)
+    executors = {h.name: HostExecutor(h) for h in chosen}
+    with contextlib.ExitStack() as agents:
+        for executor in executors.values():
+            agents.callback(executor.close)
+        experiments = {
+            name: Experiment.resume(store, executors[name], ident) for name, ident in experiment_ids.items()
+        }
+        first = next(iter(experiments.values()))
+        _check_all(executors, first.plan, experiments)  # every host, before any experiment is reopened
+        outcomes = []
+        for name, experiment in experiments.items():
+            experiment.prepare([])
+            outcomes.append(HostOutcome(name, experiment_ids[name]))
+        run_hosts(experiments, outcomes, progress)
+    return outcomes

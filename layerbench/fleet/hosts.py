@@ -7,6 +7,7 @@ host is noticed in seconds); `layerbench host join HEAD` makes this machine a ho
 address only (confine.py) and takes requests carrying the fleet's token only
 (credentials.py); each command verifies the first and refuses to go on otherwise."""
 
+import atexit
 import contextlib
 import json
 import math
@@ -95,12 +96,47 @@ def _reachable(address: str) -> None:
         raise UserError(f"fleet head {address}: unreachable ({exc})") from None
 
 
+def _own_group() -> Path:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return confine._unified_mount() / line[3:].lstrip("/")
+    raise UserError("the fleet needs a cgroup v2 tree (this process is in none)")
+
+
+def _confine_driver(address: str) -> None:
+    """A driver listens too (its core worker's gRPC server, on every interface): it is kept
+    to this machine's address towards the head, as the nodes are to theirs, in a cgroup of
+    its own that it leaves and removes at exit (one a killed driver left is removed by the
+    next)."""
+    if os.geteuid() != 0:
+        raise UserError(f"fleet head {address}: a client of the fleet runs as root (its bind filter)")
+    parent = confine._unified_mount() / confine.PARENT
+    home = _own_group()
+    if home.parent == parent:  # confined already (a test's fleet, or an earlier connect)
+        return
+    for stale in parent.glob("driver-*") if parent.exists() else []:
+        if not Path(f"/proc/{stale.name.removeprefix('driver-')}").exists():
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+    confinement = confine.Confinement.create(f"driver-{os.getpid()}", _address_towards(address))
+    confinement.enter()
+
+    def leave() -> None:
+        with contextlib.suppress(OSError):
+            (home / "cgroup.procs").write_text(str(os.getpid()))
+            confinement.group.rmdir()
+            confinement.group.parent.rmdir()  # when no other fleet group is there
+
+    atexit.register(leave)
+
+
 def connect(address: str, credentials: Credentials) -> None:
     """This process joins the cluster as a driver (no node of its own, no dashboard),
-    authenticated with the fleet's token."""
+    authenticated with the fleet's token, listening on its address towards the head only."""
     _reachable(address)
     if ray.is_initialized():
         return
+    _confine_driver(address)
     credentials.activate()
     _check_token(address, credentials)
     try:

@@ -6,6 +6,7 @@ Killing a node mid-experiment interrupts that host's experiment (host lost) with
 others finish, none of its trials runs elsewhere, nothing is left mounted; `run --resume`
 on the host, once it is back, runs only what was missing."""
 
+import contextlib
 import itertools
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, start_cli
+from helpers import TEST_ROOT, cli, fleet_agents, leftovers, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -56,6 +57,35 @@ def _own_cgroup() -> Path:
     raise AssertionError("this process is in no cgroup v2 group")
 
 
+@contextlib.contextmanager
+def _cluster(root: Path, fleet_credentials: credentials.Credentials) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A head (no trials of its own) and one node per host, each host registered with its
+    scratch root under root; shut down, every node, however the test ends."""
+    loopback = {"node_ip_address": "127.0.0.1"}
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "_system_config": hosts.HEALTH_CHECKS,
+            **loopback,
+        },
+    )
+    try:
+        nodes = {
+            name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}, **loopback) for name in NAMES
+        }
+        cluster.wait_for_nodes()
+        hosts.connect(cluster.address, fleet_credentials)
+        for name in NAMES:
+            hosts.register(name, str(root / name))
+        ray.shutdown()
+        yield cluster, nodes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 @pytest.fixture
 def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     """The cluster's nodes on loopback, with the fleet's token, and kept to 127.0.0.1 by the
@@ -71,39 +101,22 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     group.enter()
     try:
         fleet_credentials.activate()  # the nodes started here inherit the token mode and file
-        loopback = {"node_ip_address": "127.0.0.1"}
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 0,
-                "include_dashboard": False,
-                "_system_config": hosts.HEALTH_CHECKS,
-                **loopback,
-            },
-        )
-        nodes = {
-            name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}, **loopback) for name in NAMES
-        }
-        cluster.wait_for_nodes()
-        hosts.connect(cluster.address, fleet_credentials)
-        for name in NAMES:
-            hosts.register(name, str(root / name))
-        ray.shutdown()
-        database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
-        try:
-            yield {
-                "cluster": cluster,
-                "nodes": nodes,
-                "root": root,
-                "db": database,
-                "credentials": ("--credentials", str(fleet_credentials.directory)),
-            }
-        finally:
-            cluster.shutdown()
-            for name in NAMES:
-                assert (
-                    cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db")).returncode == 0
-                )
+        with _cluster(root, fleet_credentials) as (cluster, nodes):
+            database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
+            try:
+                yield {
+                    "cluster": cluster,
+                    "nodes": nodes,
+                    "root": root,
+                    "db": database,
+                    "credentials": ("--credentials", str(fleet_credentials.directory)),
+                    "fleet_credentials": fleet_credentials,
+                }
+            finally:
+                cluster.shutdown()
+                for name in NAMES:
+                    cleaned = cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db"))
+                    assert cleaned.returncode == 0, cleaned.stderr
     finally:
         (home / "cgroup.procs").write_text(str(os.getpid()))
         group.stop()
@@ -121,22 +134,13 @@ def _plan(tmp_path: Path, reps: int, sleep: float) -> Path:
     return plan
 
 
-def _agents() -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"layerbench.fleet.agent" in (proc / "cmdline").read_bytes():
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
 def _nothing_left(root: Path) -> None:
+    """No agent of this fleet (its scratch roots are under root: another run's agents on
+    this machine are not ours to wait for) and nothing it made is left."""
     deadline = time.monotonic() + 15
-    while (_agents() or leftovers(root)) and time.monotonic() < deadline:
+    while (fleet_agents(root) or leftovers(root)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _agents() and not leftovers(root)
+    assert not fleet_agents(root) and not leftovers(root)
 
 
 def _by_host(store: Store) -> dict[str, dict[str, Any]]:
@@ -289,3 +293,63 @@ def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path:
     assert not any(
         (fleet["root"] / name).exists() and any((fleet["root"] / name).iterdir()) for name in NAMES
     )
+
+
+def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: dict, tmp_path: Path) -> None:
+    """The head dies mid-run (its Ray head and the `run --fleet` process, killed at once);
+    the hosts, their head gone, stop and tear down; a new head, the hosts joined to it
+    again, and `run --resume FLEET --fleet NEW` finishes every host's experiment: no stored
+    run is run again or lost."""
+    plan = str(_plan(tmp_path, 6, 1))
+    running = start_cli(
+        "run",
+        plan,
+        "--fleet",
+        fleet["cluster"].address,
+        "--db",
+        fleet["db"],
+        "--quiet",
+        *fleet["credentials"],
+    )
+    store = Store(fleet["db"])
+    deadline = time.monotonic() + 300
+    while not (len(stored := _by_host(store)) == 3 and all(e["runs"] >= 2 for e in stored.values())):
+        if time.monotonic() > deadline or running.poll() is not None:
+            running.kill()
+            pytest.fail(f"the hosts stored no runs: {running.communicate()}")
+        time.sleep(0.2)
+    fleet["cluster"].remove_node(fleet["cluster"].head_node, allow_graceful=False)
+    running.kill()
+    running.communicate()
+    # The hosts lose their head: their Ray nodes stop (a real host's raylet exits once the
+    # head has been gone a while), and each agent, its actor gone, tears its trial down.
+    for node in fleet["nodes"].values():
+        fleet["cluster"].remove_node(node, allow_graceful=False)
+    _nothing_left(fleet["root"])
+    before = {name: store.runs(e["id"]) for name, e in _by_host(store).items()}
+    assert {e["status"] for e in _by_host(store).values()} == {"running"}  # nobody said otherwise
+    assert all(2 <= len(runs) < 12 for runs in before.values()), {n: len(r) for n, r in before.items()}
+    fleet_id = next(iter(_by_host(store).values()))["fleet"]
+
+    with _cluster(fleet["root"], fleet["fleet_credentials"]) as (new_head, _):
+        resumed = cli(
+            "run", "--resume", fleet_id, "--fleet", new_head.address, "--db", fleet["db"], "--quiet",
+            *fleet["credentials"], timeout=600,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        for name in NAMES:
+            assert f"host {name}: experiment" in resumed.stderr and "done" in resumed.stderr, resumed.stderr
+        experiments = _by_host(store)
+        for name, record in experiments.items():
+            runs = store.runs(record["id"])
+            assert record["status"] == "done", record
+            assert sorted(r["trial"] for r in runs) == list(range(12))  # none lost, none twice
+            kept = {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in before[name]}
+            assert {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in runs if r["id"] in kept} == kept
+            assert {r["facts"]["fleet_host"] for r in runs} == {name}
+        again = cli(
+            "run", "--resume", fleet_id, "--fleet", new_head.address, "--db", fleet["db"], "--quiet",
+            *fleet["credentials"], timeout=120,
+        )  # fmt: skip
+        assert again.returncode == 2 and "nothing to resume" in again.stderr, again.stderr
+    _nothing_left(fleet["root"])
