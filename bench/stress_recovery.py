@@ -170,15 +170,20 @@ def _integrity(db: Path) -> str:
         return str(connection.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-def _after(outcome: Outcome, scratch: Path, db: Path, kept: list[int], extra: list[str]) -> None:
-    """clean, then the checks every case shares, then resume."""
-    done = _cli("clean", "--scratch", str(scratch), "--db", str(db))
+def _clean(outcome: Outcome, scratch: Path, db: str) -> None:
+    """`layerbench clean` after a case: it must succeed, say no traceback, and leave nothing."""
+    done = _cli("clean", "--scratch", str(scratch), "--db", db)
     if "Traceback" in done.stdout + done.stderr:
         outcome.fail("traceback", done.stderr)
     if done.returncode != 0:
         outcome.fail("clean failed", done.stderr or done.stdout)
     if left := leftovers_after(scratch, 10):
         outcome.fail("leftovers", "; ".join(left))
+
+
+def _after(outcome: Outcome, scratch: Path, db: Path, kept: list[int], extra: list[str]) -> None:
+    """clean, then the checks every case shares, then resume."""
+    _clean(outcome, scratch, str(db))
     if db.exists():
         if (integrity := _integrity(db)) != "ok":
             outcome.fail("integrity", integrity)
@@ -352,13 +357,7 @@ def agent_case(root: Path, kind: str, point: str, signame: str) -> Outcome:
             outcome.fail("answer", f"not a stopped trial: ok={answer.ok} {answer.error!r}")
         if left := leftovers_after(scratch, 10):
             outcome.fail("leftovers", "before clean: " + "; ".join(left))
-    done = _cli("clean", "--scratch", str(scratch), "--db", str(case / "none.db"))
-    if "Traceback" in done.stdout + done.stderr:
-        outcome.fail("traceback", done.stderr)
-    if done.returncode != 0:
-        outcome.fail("clean failed", done.stderr or done.stdout)
-    if left := leftovers_after(scratch, 10):
-        outcome.fail("leftovers", "; ".join(left))
+    _clean(outcome, scratch, str(case / "none.db"))
     _check_queues(outcome, queues, scratch)
     # The head asks again (a resume): a new agent on the same scratch root runs the trial.
     again = _answer_of(_start_agent(request, {}), outcome)
@@ -439,11 +438,7 @@ def store_case(root: Path, moment: str, rng: random.Random, number: int = 0) -> 
             outcome.fail("lost runs", f"trials {lost}")
         if half := [(t, n, taken) for t, n, taken in stored if n != taken]:
             outcome.fail("half-written", f"(trial, samples stored, samples taken): {half}")
-        done = _cli("clean", "--scratch", str(scratch), "--db", url)
-        if "Traceback" in done.stdout + done.stderr:
-            outcome.fail("traceback", done.stderr)
-        if done.returncode != 0:
-            outcome.fail("clean failed", done.stderr or done.stdout)
+        _clean(outcome, scratch, url)
         status, reason = _experiment_state(server, "results")
         if len(stored) < STORE_TRIALS and (status != "interrupted" or not reason):
             outcome.fail("not marked", f"status {status!r}, reason {reason!r}")

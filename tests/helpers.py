@@ -16,6 +16,38 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_ROOT = Path(os.environ.get("LAYERBENCH_TEST_ROOT", "/var/tmp/layerbench-tests"))
 
 
+def new_experiment(store: Any, **fields: Any) -> int:
+    """An experiment written straight into a store, with the fewest fields a store accepts."""
+    defaults: dict[str, Any] = {
+        "name": "t",
+        "plan_source": "p.toml",
+        "plan_text": "",
+        "plan": {"stacks": {}},
+        "seed": 1,
+        "baseline": "a",
+        "host": {},
+        "version": "0",
+        "warnings": [],
+    }
+    return int(store.create_experiment(**(defaults | fields)))
+
+
+def run_row(fill: float = 1, **fields: Any) -> dict[str, Any]:
+    """A stored run's row: every registered counter `fill`, one ok run of workload w on stack a."""
+    from layerbench.store import run_columns
+
+    row = dict.fromkeys(run_columns(), fill) | {
+        "stack": "a",
+        "workload": "w",
+        "status": "ok",
+        "error": None,
+        "unit": "bytes",
+        "started": "now",
+        "warmup": 0,
+    }
+    return row | fields
+
+
 def cli(
     *args: str,
     timeout: float = 900,

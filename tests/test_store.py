@@ -7,38 +7,21 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import new_experiment, run_row
 from sqlalchemy import text
 
 from layerbench.errors import UserError
-from layerbench.store import Store, run_columns
+from layerbench.store import Store
 
 
 def _experiment(store: Store) -> int:
-    return store.create_experiment(
-        name="t",
-        plan_source="p.toml",
-        plan_text="name='t'",
-        plan={"stacks": {}},
-        seed=1,
-        baseline="a",
-        host={"cpus": 2},
-        version="0",
-        warnings=[],
-    )
+    return new_experiment(store, plan_text="name='t'", host={"cpus": 2})
 
 
 def test_runs_round_trip(store_location: str) -> None:
     store = Store(store_location)
     ident = _experiment(store)
-    run = dict.fromkeys(run_columns(), 1) | {
-        "stack": "a",
-        "workload": "w",
-        "status": "ok",
-        "error": None,
-        "unit": "bytes",
-        "started": "now",
-        "warmup": 0,
-    }
+    run = run_row()
     store.add_run_row(ident, run, {"vda": {"write_bytes": 5}}, {"fill_bytes": 7})
     (stored,) = store.runs(ident)
     assert stored["devices"] == {"vda": {"write_bytes": 5}} and stored["facts"] == {"fill_bytes": 7}
@@ -77,15 +60,7 @@ def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> 
 
     store = Store(store_location)
     ident = _experiment(store)
-    run = dict.fromkeys(run_columns(), 3) | {
-        "stack": "a",
-        "workload": "w",
-        "status": "ok",
-        "error": None,
-        "unit": "bytes",
-        "started": "now",
-        "warmup": 1,
-    }
+    run = run_row(fill=3, warmup=1)
     run["write_bytes"] = 5 * 2**40  # more than a 32-bit integer holds
     series = [{"t_s": 0.1 * i, "dt_s": 0.1, "write_bytes": 2**33 + i} for i in range(3)]
     store.add_run_row(ident, run, {}, {}, series)

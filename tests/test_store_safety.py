@@ -14,12 +14,12 @@ from typing import Any
 import psycopg
 import pytest
 from alembic import command
-from helpers import cli, one_line_error
+from helpers import cli, new_experiment, one_line_error, run_row
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from layerbench import metrics
-from layerbench.store import Store, migrate, run_columns
+from layerbench.store import Store, migrate
 
 LANDED = Path(__file__).parent / "fixtures" / "landed-main-2026-12-01.db"  # before migrations
 PASSWORD = "s3cret"
@@ -117,27 +117,13 @@ def test_migrate_upgrades_a_file_of_an_older_layerbench_after_a_backup(tmp_path:
     assert "nothing to do" in again.stdout and len(glob.glob(f"{copy}.*.bak")) == 1
 
 
-def _experiment(store: Store) -> int:
-    return store.create_experiment(
-        name="t",
-        plan_source="p.toml",
-        plan_text="",
-        plan={"stacks": {}},
-        seed=1,
-        baseline="a",
-        host={},
-        version="0",
-        warnings=[],
-    )
-
-
 def test_a_read_only_store_cannot_write(store_location: str) -> None:
     writer = Store(store_location)
-    ident = _experiment(writer)
+    ident = new_experiment(writer)
     writer.close()
     reader = Store(store_location, read_only=True)
     with pytest.raises(DBAPIError, match=r"read-?only"):
-        _experiment(reader)
+        new_experiment(reader)
     with pytest.raises(DBAPIError, match=r"read-?only"), reader.engine.begin() as connection:
         connection.execute(text("CREATE TABLE intruder (x INTEGER)"))
     assert [e["id"] for e in reader.experiments()] == [ident]
@@ -151,17 +137,8 @@ def test_a_counter_registered_since_the_store_was_written_reads_as_empty(
 ) -> None:
     db = tmp_path / "r.db"
     writer = Store(db)
-    ident = _experiment(writer)
-    run = dict.fromkeys(run_columns(), 1) | {
-        "stack": "a",
-        "workload": "w",
-        "status": "ok",
-        "error": None,
-        "unit": "bytes",
-        "started": "now",
-        "warmup": 0,
-    }
-    writer.add_run_row(ident, run, {}, {})
+    ident = new_experiment(writer)
+    writer.add_run_row(ident, run_row(), {}, {})
     writer.close()
     counter = metrics.Metric("pressure_io_s", "time stalled on I/O", "s", better="lower")
     registry = (*metrics.METRICS, counter)
@@ -263,7 +240,7 @@ def test_an_older_postgresql_store_is_read_by_no_command_until_migrate_upgrades_
 ) -> None:
     url = _database(postgres_cluster, request)
     store = Store(url)
-    ident = _experiment(store)
+    ident = new_experiment(store)
     with store.engine.begin() as connection:
         command.downgrade(migrate._config(connection), "0001")
     store.close()
