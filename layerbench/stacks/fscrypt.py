@@ -138,7 +138,7 @@ def _probe(directory: Path, options: FscryptOptions) -> None:
 
 
 @register
-class FscryptLayer(ImageLayer):
+class FscryptLayer(ImageLayer[FscryptOptions]):
     kind = "fscrypt"
     Options = FscryptOptions
     summary = "an ext4 image with -O encrypt whose top is a directory under a v2 policy, random key"
@@ -153,7 +153,7 @@ class FscryptLayer(ImageLayer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: FscryptOptions = self.options  # type: ignore[assignment]
+        options = self.options
         with super().expose(ctx, below) as fs:
             directory = fs.path / "encrypted"
             directory.mkdir()

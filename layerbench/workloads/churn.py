@@ -34,18 +34,18 @@ class ChurnOptions(WorkloadOptions):
 
 
 @register
-class Churn(Workload):
+class Churn(Workload[ChurnOptions]):
     kind = "churn"
     Options = ChurnOptions
     summary = "mount and unmount the stack's top layer in rapid succession; latencies, leaks, kernel log"
     tools = ("mount", "umount")
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        options: ChurnOptions = self.options  # type: ignore[assignment]
+        options = self.options
         return options.files * max(parse_size(options.file_size), 4096)
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: ChurnOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if not stack.parts:
             raise SetupError("churn: the stack has no layer to mount and unmount; give it at least one")
         top = stack.parts[-1]
