@@ -42,7 +42,8 @@ class HostExecutor(Executor):
             # many Ray workers they start.
             return on_host.options(num_cpus=1, **self._placement()).remote(request)
         if self._agent is None:
-            self._agent = HostAgent.options(num_cpus=0, **self._placement()).remote(
+            # ray.remote made the class an ActorClass, which mypy cannot see through a decorator
+            self._agent = HostAgent.options(num_cpus=0, **self._placement()).remote(  # type: ignore[attr-defined]
                 self.host_.name, self.host_.scratch
             )
         return self._agent.ask.remote(request)

@@ -52,8 +52,12 @@ RECIPES: dict[str, Project] = {
 }
 
 
+def _default_projects() -> list[str | Project]:
+    return ["zlib"]
+
+
 class BuildOptions(WorkloadOptions):
-    projects: list[str | Project] = Field(default_factory=lambda: ["zlib"], min_length=1)
+    projects: list[str | Project] = Field(default_factory=_default_projects, min_length=1)
     jobs: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
     # Warm: the world is in the page cache, as on a machine that builds all day; the
     # untimed warm-up compiles a small program in the jail. Cold: caches dropped first.
