@@ -61,7 +61,7 @@ class VmLayer(Layer[VmOptions]):
     @classmethod
     def missing(cls, options: LayerOptions | None = None) -> list[str]:
         lacks = super().missing(options)
-        if lacks or options is None:
+        if lacks or not isinstance(options, VmOptions):  # None: the kind alone (layerbench list)
             return lacks
         problem = machine.unseen_in_guest()
         if problem:
@@ -70,7 +70,7 @@ class VmLayer(Layer[VmOptions]):
         # settle the accelerator, so none of it happens during a trial.
         try:
             kernel.guest_kernel()
-            machine.resolve_accel(options.accel)  # type: ignore[attr-defined]
+            machine.resolve_accel(options.accel)
         except (UserError, SetupError) as exc:
             return [str(exc)]
         return []
