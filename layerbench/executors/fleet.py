@@ -21,7 +21,7 @@ from layerbench.fleet.remote import CLOSE_WAIT_S, RESOURCE_PREFIX, HostAgent, on
 from layerbench.fleet.requests import Answer, Operation, PlanSource, Request
 from layerbench.plan import Plan
 from layerbench.schedule import Trial
-from layerbench.workloads.base import Workload
+from layerbench.workloads.base import Workload, WorkloadOptions
 
 
 class HostExecutor(Executor):
@@ -104,7 +104,7 @@ class HostExecutor(Executor):
         if agent is not None:
             self._kill(agent)
 
-    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
+    def check(self, plan: Plan, workloads: dict[str, Workload[WorkloadOptions]]) -> None:
         if self._checked:
             return
         answer = self._ask("check", plan)

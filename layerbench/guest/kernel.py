@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import archives, system
+from layerbench import system
+from layerbench.cache import CACHE_DIR
 from layerbench.errors import SetupError, UserError
 
 # The guest needs virtio-mmio devices (microvm), its disk, ext4 and the host's root over 9p.
@@ -43,7 +44,7 @@ _BUSYBOX = Path("/bin/busybox")
 
 
 def cache_dir() -> Path:
-    return archives.CACHE_DIR / "vm"
+    return CACHE_DIR / "vm"
 
 
 @dataclass(frozen=True)
