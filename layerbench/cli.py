@@ -8,7 +8,7 @@ import platform
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -40,8 +40,10 @@ from layerbench.reports import history as history_formats
 from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
+from layerbench.stacks.base import Layer, LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 from layerbench.store import Location, NoResults, Store, StoreLost, locate, migrate
+from layerbench.workloads.base import Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = "layerbench.db"
@@ -640,7 +642,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for title, kinds in (("layer kinds", load_layer_kinds()), ("workload kinds", load_workload_kinds())):
+    sections: list[tuple[str, Mapping[str, type[Layer[LayerOptions]] | type[Workload[WorkloadOptions]]]]] = [
+        ("layer kinds", load_layer_kinds()),
+        ("workload kinds", load_workload_kinds()),
+    ]
+    for title, kinds in sections:
         table = Table(title=title, title_justify="left")
         for column in ("kind", "what it is", "needs", "on this host"):
             table.add_column(column)

@@ -122,7 +122,7 @@ def _swept(
         if len({_shown(v) for v in values}) != len(values):
             raise ValueError(f'{where}."{path}": a value is given twice')
     labels = _labels(paths)
-    points = []
+    points: list[tuple[str, dict[str, Any], SweepPoint | None]] = []
     for combination in itertools.product(*(sweep[path] for path in paths)):
         expanded = copy.deepcopy({k: v for k, v in table.items() if k != "sweep"})
         for path, value in zip(paths, combination, strict=True):

@@ -16,13 +16,13 @@ from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
 from layerbench.plan import Plan, parse_plan
 from layerbench.schedule import Trial, schedule
 from layerbench.store import Store, StoreLost, now
-from layerbench.workloads.base import Workload
+from layerbench.workloads.base import Workload, WorkloadOptions
 from layerbench.workloads.base import make_workloads as _make_workloads
 
 __all__ = ["Experiment", "Trial", "make_workloads", "schedule"]
 
 
-def make_workloads(plan: Plan) -> dict[str, Workload]:
+def make_workloads(plan: Plan) -> dict[str, Workload[WorkloadOptions]]:
     return _make_workloads(plan.workloads, footprint.reference_size(plan.stacks))
 
 

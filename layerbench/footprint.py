@@ -50,7 +50,7 @@ def needs(stacks: dict[str, list[LayerOptions]], workloads: dict[str, WorkloadOp
     for stack, layers in stacks.items():
         placed = placement(layers)
         for name, options in workloads.items():
-            workload: Workload = WORKLOAD_KINDS[options.kind](options, name)
+            workload: Workload[WorkloadOptions] = WORKLOAD_KINDS[options.kind](options, name)
             data = workload.data_bytes(placed.capacity, reference)
             memory = placed.reserved_memory + workload.staging_bytes()
             disk = placed.reserved_disk

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,14 +99,14 @@ def run_timed(
     cwd: Path,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
-    devices: list[str] = (),  # type: ignore[assignment]
-    helper_pids: list[int] = (),  # type: ignore[assignment]
+    devices: Sequence[str] = (),
+    helper_pids: Sequence[int] = (),
     helper_group: Path | None = None,
     stderr_path: Path | None = None,
     on_start: Callable[[int], None] | None = None,
     on_running: Callable[[], None] | None = None,
     at_gate: Callable[[], None] | None = None,
-    cgroups: list[Path] = (),  # type: ignore[assignment]
+    cgroups: Sequence[Path] = (),
     cpus: list[int] | None = None,
     pressure_group: Path | None = None,
     rss_dir: Path | None = None,
@@ -209,7 +209,7 @@ class _Before:
     kernel: kernelstats.Snapshot
 
     @classmethod
-    def take(cls, devices: list[str], helpers: "_Helpers", pressure_group: Path | None) -> "_Before":
+    def take(cls, devices: Sequence[str], helpers: "_Helpers", pressure_group: Path | None) -> "_Before":
         # The slower readings first: the devices' counters are read last, next to the clock,
         # as the sampler's first reading is (another writer on the disk moves them meanwhile).
         kernel = kernelstats.Snapshot.take(pressure_group)
@@ -242,7 +242,7 @@ class _Helpers:
 
 def _counters(
     before: _Before,
-    devices: list[str],
+    devices: Sequence[str],
     disks_after: dict[str, procfs.DiskCounters],
     usage: Any,
     wall: float,
@@ -302,7 +302,7 @@ def _counters(
 
 
 def _bottom_disk(
-    per_device: dict[str, dict[str, int]], devices: list[str], wall: float, samples: list[sampling.Sample]
+    per_device: dict[str, dict[str, int]], devices: Sequence[str], wall: float, samples: list[sampling.Sample]
 ) -> dict[str, Any]:
     """The disk at the bottom of the stack: its bytes written, busy share, wait per request
     and peak queue during the run."""
@@ -318,7 +318,7 @@ def _bottom_disk(
     }
 
 
-def _kernel_facts(kernel: kernelstats.KernelCounters, devices: list[str]) -> dict[str, object]:
+def _kernel_facts(kernel: kernelstats.KernelCounters, devices: Sequence[str]) -> dict[str, object]:
     """What the kernel saw that is not a registry metric, for the record and the reports."""
     return {
         "psi_scope": kernel.psi_scope,
@@ -449,7 +449,7 @@ def _describe_exit(code: int, stderr_path: Path | None) -> str:
 
 def failed(error: str) -> RunCounters:
     """A run that produced no measurement: every counter zero, derived from the fields."""
-    counters = {
+    counters: dict[str, Any] = {  # each field's own type, known from the field at run time
         f.name: 0.0 if f.type in (float, "float") else 0
         for f in fields(RunCounters)
         if f.default is MISSING

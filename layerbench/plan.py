@@ -227,9 +227,8 @@ def parse_plan(
     except ValueError as exc:
         raise UserError(f"{source}: {exc}") from None
     auto_reps = shape.reps == "auto" and reps is None
-    run_reps = (
-        reps if reps is not None else (min(AUTO_FIRST_REPS, shape.max_reps) if auto_reps else shape.reps)
-    )
+    planned_reps = shape.reps if isinstance(shape.reps, int) else min(AUTO_FIRST_REPS, shape.max_reps)
+    run_reps = reps if reps is not None else planned_reps
     if quick and not has_quick_table:
         run_reps = min(run_reps, 5)
     keys = (

@@ -57,7 +57,7 @@ class State:
         return self.alpha / self.looks_planned
 
     def closed(self) -> set[tuple[str, str]]:
-        return {tuple(pair) for look in self.looks for pair in look.closed}  # type: ignore[misc]
+        return {(stack, workload) for look in self.looks for stack, workload in look.closed}
 
     def as_fact(self) -> dict[str, Any]:
         return asdict(self)

@@ -39,7 +39,8 @@ def _upstream_tarball(directory: Path) -> Path | None:
         if ".tar." in p.name and ".debian.tar." not in p.name and p.suffix not in (".asc", ".json")
     )
     origs = [p for p in tarballs if ".orig.tar." in p.name and ".orig-" not in p.name]
-    return (origs or tarballs or [None])[0]
+    found = origs or tarballs
+    return found[0] if found else None
 
 
 def cached(package: str, *, suite: str = DEFAULT_SUITE) -> Path | None:
@@ -92,8 +93,9 @@ def fetch(package: str, *, suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIR
         except SetupError as exc:
             shutil.rmtree(partial, ignore_errors=True)
             raise UserError(f"source package {package}: download failed: {exc}") from None
-        if _upstream_tarball(partial) is None:
+        tarball = _upstream_tarball(partial)
+        if tarball is None:
             raise UserError(f"source package {package}: no source tarball among {os.listdir(partial)}")
         shutil.rmtree(target, ignore_errors=True)
         os.replace(partial, target)
-        return _upstream_tarball(target)  # type: ignore[return-value]
+        return target / tarball.name

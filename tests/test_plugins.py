@@ -28,7 +28,7 @@ class ScratchpadOptions(LayerOptions):
     reserve: str = "3G"
 
 
-class ScratchpadLayer(Layer):
+class ScratchpadLayer(Layer[ScratchpadOptions]):
     """A layer that reserves disk space of its own (think: a preallocated image)."""
 
     kind = "test-scratchpad"
@@ -37,7 +37,7 @@ class ScratchpadLayer(Layer):
     tools = ("sh",)
 
     def place(self, below: Placement) -> Placement:
-        reserve = parse_size(self.options.reserve)  # type: ignore[attr-defined]
+        reserve = parse_size(self.options.reserve)
         return replace(below, reserved_disk=below.reserved_disk + reserve)
 
     @contextlib.contextmanager
@@ -49,7 +49,7 @@ class ChecksumOptions(WorkloadOptions):
     size: str = "1G"
 
 
-class Checksum(Workload):
+class Checksum(Workload[ChecksumOptions]):
     """A workload that writes its size of data (so the plan's disk need counts it)."""
 
     kind = "test-checksum"
@@ -59,7 +59,7 @@ class Checksum(Workload):
     writes = True
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        return parse_size(self.options.size)  # type: ignore[attr-defined]
+        return parse_size(self.options.size)
 
     def prepare(self, ctx: BuildContext, stack: object, resources: contextlib.ExitStack) -> Prepared:
         return Prepared(argv=["true"], cwd=Path("/"), units=1, unit="files")

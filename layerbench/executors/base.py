@@ -19,7 +19,7 @@ from typing import Any
 from layerbench.measure import RunCounters
 from layerbench.plan import Plan
 from layerbench.schedule import Trial
-from layerbench.workloads.base import Workload
+from layerbench.workloads.base import Workload, WorkloadOptions
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Setting:
     """What every trial of one experiment shares."""
 
     plan: Plan
-    workloads: dict[str, Workload]
+    workloads: dict[str, Workload[WorkloadOptions]]
     experiment_id: int
 
 
@@ -116,7 +116,7 @@ class HostLost(Exception):
 class Executor(ABC):
     """Runs the trials of experiments. Every hook but run() has a default."""
 
-    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:  # noqa: B027 - optional
+    def check(self, plan: Plan, workloads: dict[str, Workload[WorkloadOptions]]) -> None:  # noqa: B027 - optional
         """Before anything is stored: raise UserError (one line) if a trial cannot run here;
         fetch or pack what the trials need, untimed."""
 

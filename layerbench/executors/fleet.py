@@ -21,7 +21,7 @@ from layerbench.fleet.remote import CLOSE_WAIT_S, RESOURCE_PREFIX, HostAgent, on
 from layerbench.fleet.requests import Answer, Operation, PlanSource, Request
 from layerbench.plan import Plan
 from layerbench.schedule import Trial
-from layerbench.workloads.base import Workload
+from layerbench.workloads.base import Workload, WorkloadOptions
 
 
 class HostExecutor(Executor):
@@ -42,7 +42,8 @@ class HostExecutor(Executor):
             # many Ray workers they start.
             return on_host.options(num_cpus=1, **self._placement()).remote(request)
         if self._agent is None:
-            self._agent = HostAgent.options(num_cpus=0, **self._placement()).remote(
+            # ray.remote made the class an ActorClass, which mypy cannot see through a decorator
+            self._agent = HostAgent.options(num_cpus=0, **self._placement()).remote(  # type: ignore[attr-defined]
                 self.host_.name, self.host_.scratch
             )
         return self._agent.ask.remote(request)
@@ -103,7 +104,7 @@ class HostExecutor(Executor):
         if agent is not None:
             self._kill(agent)
 
-    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
+    def check(self, plan: Plan, workloads: dict[str, Workload[WorkloadOptions]]) -> None:
         if self._checked:
             return
         answer = self._ask("check", plan)

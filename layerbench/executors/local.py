@@ -29,7 +29,7 @@ from layerbench.schedule import Trial
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, BuiltStack, build_stack, make_layers
 from layerbench.store import now
-from layerbench.workloads.base import Prepared, Workload
+from layerbench.workloads.base import Prepared, Workload, WorkloadOptions
 
 
 class LocalExecutor(Executor):
@@ -46,7 +46,7 @@ class LocalExecutor(Executor):
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
 
-    def check(self, plan: Plan, workloads: dict[str, Workload]) -> None:
+    def check(self, plan: Plan, workloads: dict[str, Workload[WorkloadOptions]]) -> None:
         """Everything the plan needs is installed and allowed, or one line says what to do;
         then the worlds are assembled and the workloads fetch what they need, untimed."""
         if os.geteuid() != 0:

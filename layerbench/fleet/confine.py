@@ -255,7 +255,7 @@ class Listener:
 def _listening_sockets() -> dict[int, tuple[str, int]]:
     """Socket inode -> (address, port) of every listening TCP socket in this namespace."""
     found = {}
-    for table, family in (("tcp", 4), ("tcp6", 6)):
+    for table in ("tcp", "tcp6"):
         with contextlib.suppress(FileNotFoundError):
             for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
                 fields = line.split()
@@ -266,7 +266,8 @@ def _listening_sockets() -> dict[int, tuple[str, int]]:
                 # The kernel prints each 32-bit word in host (little-endian) order.
                 packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 address = ipaddress.ip_address(packed)
-                if family == 6 and address.ipv4_mapped is not None:
+                # a tcp6 socket bound to an IPv4 address lists it as ::ffff:a.b.c.d
+                if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
                     address = address.ipv4_mapped
                 found[int(fields[9])] = (str(address), int(hex_port, 16))
     return found

@@ -42,7 +42,7 @@ class Credentials:
 
     def activate(self) -> None:
         """This process (a client of the fleet) authenticates with them from now on."""
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # partial stub
 
         for name in _AUTH_VARIABLES:
             os.environ.pop(name, None)

@@ -10,6 +10,7 @@ address only (confine.py) and takes requests carrying the fleet's token only
 import atexit
 import contextlib
 import json
+import logging
 import math
 import os
 import socket
@@ -141,7 +142,7 @@ def connect(address: str, credentials: Credentials) -> None:
     _check_token(address, credentials)
     try:
         with _loopback_kept():
-            ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False)
     except AuthenticationError:
         raise UserError(f"fleet head {address}: refused the token in {credentials.token}") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -164,7 +165,7 @@ def _stderr_silenced() -> Iterator[None]:
 def _check_token(address: str, credentials: Credentials) -> None:
     """One request to the head's GCS with the token: a wrong one is told at once (ray.init
     would retry for half a minute, then say only that it could not connect)."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Ray's _raylet.pyi is partial
 
     try:
         with _stderr_silenced():

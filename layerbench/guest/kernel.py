@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import archives, system
+from layerbench import system
+from layerbench.cache import CACHE_DIR
 from layerbench.errors import SetupError, UserError
 
 # The guest needs virtio-mmio devices (microvm), its disk, ext4 and the host's root over 9p.
@@ -43,7 +44,7 @@ _BUSYBOX = Path("/bin/busybox")
 
 
 def cache_dir() -> Path:
-    return archives.CACHE_DIR / "vm"
+    return CACHE_DIR / "vm"
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,16 @@ def newest_image_package() -> str:
     return max(names, key=functools.cmp_to_key(_compare_versions))
 
 
+def _release_of(package: str) -> str:
+    """The kernel release in a linux-image package's name (one newest_image_package chose)."""
+    found = _IMAGE_NAME.match(package)
+    assert found is not None, f"{package} is no linux-image package"
+    return found.group(1)
+
+
 def _compare_versions(left: str, right: str) -> int:
-    a = _IMAGE_NAME.match(left).group(1)  # type: ignore[union-attr]
-    b = _IMAGE_NAME.match(right).group(1)  # type: ignore[union-attr]
+    a = _release_of(left)
+    b = _release_of(right)
     if a == b:
         return 0
     newer = subprocess.run(["dpkg", "--compare-versions", a, "gt", b], check=False).returncode == 0
@@ -81,7 +89,7 @@ def _compare_versions(left: str, right: str) -> int:
 def guest_kernel() -> GuestKernel:
     """The cached kernel and initramfs, fetched and built on first use (untimed)."""
     package = newest_image_package()
-    release = _IMAGE_NAME.match(package).group(1)  # type: ignore[union-attr]
+    release = _release_of(package)
     home = cache_dir() / release
     home.mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / "lock", "w") as lock:

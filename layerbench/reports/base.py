@@ -27,7 +27,7 @@ from layerbench.reports import host_state
 from layerbench.sizes import format_size
 from layerbench.stats import marginal
 from layerbench.store import Store
-from layerbench.workloads.base import LatencyCdf, Workload
+from layerbench.workloads.base import LatencyCdf, Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
@@ -230,7 +230,7 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
     return ratios
 
 
-def _workload_kind(data: ReportData, workload: str) -> type[Workload]:
+def _workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOptions]]:
     return load_workload_kinds()[data.experiment["plan"]["workloads"][workload]["kind"]]
 
 

@@ -73,10 +73,10 @@ def _workload_lines(data: ReportData, workload: str) -> list[str]:
         lines.append(f"(the runs shown: {', '.join(chosen)})")
     lines.append("")
     if details := details_table(data, workload):
-        header, rows = details
-        for row in rows:
-            pairs = ", ".join(f"{name} {value}" for name, value in zip(header[1:], row[1:], strict=True))
-            lines.append(f"{row[0] + ':':<{width}} {pairs}")
+        header, table_rows = details
+        for cells in table_rows:
+            pairs = ", ".join(f"{name} {value}" for name, value in zip(header[1:], cells[1:], strict=True))
+            lines.append(f"{cells[0] + ':':<{width}} {pairs}")
         lines.append("")
     rows = [data.summary(stack, workload, "wall_s") for stack in data.stacks]
     compared = [row for row in rows if row is not None and row.decision != "baseline"]

@@ -119,19 +119,19 @@ def sweep_figure(panels: dict[str, list[RatioPoint]], *, xlabel: str, ylabel: st
     figure, axes = pyplot().subplots(1, len(panels), figsize=(max(3.6 * len(panels), 5), 3.2), squeeze=False)
     for axis, (title, points) in zip(axes[0], panels.items(), strict=True):
         positions = np.arange(len(points))
-        shown = [(x, p) for x, p in zip(positions, points, strict=True) if p.ratio is not None]
-        axis.plot([x for x, _ in shown], [p.ratio for _, p in shown], color=NEUTRAL, linewidth=1, alpha=0.5)
-        for x, point in shown:
+        shown = [(x, p, p.ratio) for x, p in zip(positions, points, strict=True) if p.ratio is not None]
+        axis.plot([x for x, _, _ in shown], [r for _, _, r in shown], color=NEUTRAL, linewidth=1, alpha=0.5)
+        for x, point, ratio in shown:
             colour = BASELINE if point.is_baseline else SIGNIFICANT if point.significant else NEUTRAL
             if point.low is not None and point.high is not None and not point.is_baseline:
-                below, above = point.ratio - point.low, point.high - point.ratio  # type: ignore[operator]
-                axis.errorbar(x, point.ratio, yerr=[[below], [above]], fmt="o", color=colour, capsize=4)
+                below, above = ratio - point.low, point.high - ratio
+                axis.errorbar(x, ratio, yerr=[[below], [above]], fmt="o", color=colour, capsize=4)
             else:
-                axis.plot(x, point.ratio, "o", color=colour)
+                axis.plot(x, ratio, "o", color=colour)
             if point.significant:
                 axis.annotate(
                     "*",
-                    (x, point.high or point.ratio),
+                    (x, point.high or ratio),
                     xytext=(0, 3),
                     textcoords="offset points",
                     ha="center",

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,6 +28,11 @@ class LayerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     kind: str
     readonly: bool = False
+
+
+# A layer kind's own options class: its methods then see that class's fields. Covariant, so
+# that a layer of any kind is a Layer[LayerOptions] (the options are only read, never set).
+OptionsT = TypeVar("OptionsT", bound=LayerOptions, covariant=True)
 
 
 @dataclass
@@ -81,8 +86,10 @@ class BuildContext:
         return path
 
 
-class Layer(ABC):
-    """One kind of layer. Subclasses set the class attributes and implement expose()."""
+class Layer(ABC, Generic[OptionsT]):
+    """One kind of layer. Subclasses set the class attributes and implement expose(); a
+    kind is a Layer[ItsOptions], with Options = ItsOptions (what the plan's table is
+    validated against)."""
 
     kind: ClassVar[str]
     Options: ClassVar[type[LayerOptions]] = LayerOptions
@@ -94,8 +101,8 @@ class Layer(ABC):
         """Size of the file system this layer makes, if it makes one (known before building)."""
         return None
 
-    def __init__(self, options: LayerOptions, index: int) -> None:
-        self.options = options
+    def __init__(self, options: OptionsT, index: int) -> None:
+        self.options: OptionsT = options
         self.index = index  # position in the stack, bottom = 0
 
     @classmethod
@@ -135,20 +142,22 @@ class Layer(ABC):
         return f"{self.kind}({inner})" if inner else self.kind
 
 
-LAYER_KINDS: dict[str, type[Layer]] = {}
+LAYER_KINDS: dict[str, type[Layer[LayerOptions]]] = {}
+
+LayerT = TypeVar("LayerT", bound=Layer[LayerOptions])
 
 
-def register(cls: type[Layer]) -> type[Layer]:
+def register(cls: type[LayerT]) -> type[LayerT]:
     LAYER_KINDS[cls.kind] = cls
     return cls
 
 
-def make_layers(options: list[LayerOptions]) -> list[Layer]:
+def make_layers(options: list[LayerOptions]) -> list[Layer[LayerOptions]]:
     """A stack's layers from the plan's options, bottom (1) to top."""
     return [LAYER_KINDS[layer.kind](layer, index) for index, layer in enumerate(options, start=1)]
 
 
-def load_kinds() -> dict[str, type[Layer]]:
+def load_kinds() -> dict[str, type[Layer[LayerOptions]]]:
     """Import every module of this package so each kind registers itself."""
     package = importlib.import_module("layerbench.stacks")
     for info in pkgutil.iter_modules(package.__path__):
@@ -162,8 +171,8 @@ class BuiltStack:
     top: Path
     layers: list[Exposed]
     jail: jails.Jail | None = None  # the chroot over the top, when the stack has a world
-    parts: list[Layer] = field(default_factory=list)  # the layers built here, bottom to top
-    rest: list[Layer] = field(default_factory=list)  # layers left to the `elsewhere` of the top
+    parts: list[Layer[LayerOptions]] = field(default_factory=list)  # the layers built here, bottom to top
+    rest: list[Layer[LayerOptions]] = field(default_factory=list)  # layers left to the `elsewhere` of the top
     helper_group: Path | None = None  # a cgroup v2 group holding every helper process
 
     @property
@@ -242,7 +251,7 @@ class _HelperGroup(contextlib.ExitStack):
 
 
 @contextlib.contextmanager
-def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
+def build_stack(ctx: BuildContext, layers: list[Layer[LayerOptions]]) -> Iterator[BuiltStack]:
     """Build layers bottom to top on a fresh base directory; tear down top to bottom.
 
     With a world, the base directory starts with the world in it (hard links into the
@@ -255,7 +264,7 @@ def build_stack(ctx: BuildContext, layers: list[Layer]) -> Iterator[BuiltStack]:
         if ctx.world:
             worlds.copy_into(ctx.world, exposed.path, link=True)
         built = [exposed]
-        done: list[Layer] = []
+        done: list[Layer[LayerOptions]] = []
         for layer in layers:
             exposed = stack.enter_context(layer.expose(ctx, exposed))
             if ctx.world and not worlds.visible(ctx.world, exposed.path):

@@ -4,11 +4,11 @@ import contextlib
 from collections.abc import Iterator
 
 from layerbench.mounts import mount_of
-from layerbench.stacks.base import BuildContext, Exposed, Layer, register
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 
 @register
-class BindLayer(Layer):
+class BindLayer(Layer[LayerOptions]):
     kind = "bind"
     summary = "a bind mount of the layer below (Linux's nullfs)"
     tools = ("mount",)

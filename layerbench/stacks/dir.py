@@ -11,7 +11,7 @@ class DirOptions(LayerOptions):
 
 
 @register
-class DirLayer(Layer):
+class DirLayer(Layer[DirOptions]):
     kind = "dir"
     Options = DirOptions
     summary = "a fresh directory on the file system below (the base fs)"
@@ -19,7 +19,7 @@ class DirLayer(Layer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: DirOptions = self.options  # type: ignore[assignment]
+        options = self.options
         path = below.path / f"{options.name}{self.index}"
         path.mkdir()
         if not options.readonly:

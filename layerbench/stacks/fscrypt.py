@@ -32,6 +32,7 @@ _SET_POLICY = 0x800C6613
 _KEY_SPEC_IDENTIFIER = 2  # a v2 policy's key, named by the identifier the kernel derives
 _RAW_KEY_BYTES = 64  # enough for every mode (AES-256-XTS takes all 64)
 
+FilenamesMode = Literal["aes-256-cts", "aes-128-cts", "sm4-cts", "adiantum", "aes-256-hctr2"]
 CONTENTS = {"aes-256-xts": 1, "aes-128-cbc": 5, "sm4-xts": 7, "adiantum": 9}
 FILENAMES = {"aes-256-cts": 4, "aes-128-cts": 6, "sm4-cts": 8, "adiantum": 9, "aes-256-hctr2": 10}
 # The pairs the kernel accepts (fscrypt_valid_enc_modes_v2).
@@ -42,7 +43,7 @@ PAIRS = {
     ("sm4-xts", "sm4-cts"),
     ("adiantum", "adiantum"),
 }
-_PARTNER = {
+_PARTNER: dict[str, FilenamesMode] = {
     "aes-256-xts": "aes-256-cts",
     "aes-128-cbc": "aes-128-cts",
     "sm4-xts": "sm4-cts",
@@ -55,7 +56,7 @@ class FscryptOptions(ImageOptions):
     fs: Literal["ext4"] = "ext4"  # the one with the `encrypt` feature among the images
     contents: Literal["aes-256-xts", "aes-128-cbc", "sm4-xts", "adiantum"] = "aes-256-xts"
     # None: the usual partner of contents (aes-256-cts for aes-256-xts, adiantum for adiantum...)
-    filenames: Literal["aes-256-cts", "aes-128-cts", "sm4-cts", "adiantum", "aes-256-hctr2"] | None = None
+    filenames: FilenamesMode | None = None
     padding: Literal[4, 8, 16, 32] = 32  # bytes filenames are padded to
 
     @model_validator(mode="after")
@@ -63,7 +64,7 @@ class FscryptOptions(ImageOptions):
         if self.readonly:
             raise ValueError("readonly: the encrypted directory is made on the file system as it is built")
         if self.filenames is None:
-            self.filenames = _PARTNER[self.contents]  # type: ignore[assignment]
+            self.filenames = _PARTNER[self.contents]
         if (self.contents, self.filenames) not in PAIRS:
             valid = ", ".join(f"{c} with {f}" for c, f in sorted(PAIRS))
             raise ValueError(
@@ -85,6 +86,7 @@ def add_key(mount_point: Path, raw: bytes) -> bytes:
 def set_policy(directory: Path, identifier: bytes, options: FscryptOptions) -> None:
     """Put an empty directory under a v2 policy: everything made in it is encrypted."""
     flags = _PADDING_FLAG[options.padding]
+    assert options.filenames is not None, "the options' validator sets the partner of contents"
     policy = bytearray(
         struct.pack(
             "BBBBB3s16s",
@@ -138,7 +140,7 @@ def _probe(directory: Path, options: FscryptOptions) -> None:
 
 
 @register
-class FscryptLayer(ImageLayer):
+class FscryptLayer(ImageLayer[FscryptOptions]):
     kind = "fscrypt"
     Options = FscryptOptions
     summary = "an ext4 image with -O encrypt whose top is a directory under a v2 policy, random key"
@@ -153,7 +155,7 @@ class FscryptLayer(ImageLayer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: FscryptOptions = self.options  # type: ignore[assignment]
+        options = self.options
         with super().expose(ctx, below) as fs:
             directory = fs.path / "encrypted"
             directory.mkdir()

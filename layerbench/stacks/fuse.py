@@ -5,15 +5,17 @@ daemon's pid so each run records it as helper CPU."""
 import contextlib
 import subprocess
 import time
+from abc import abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from layerbench import mounts
 from layerbench.errors import SetupError
 from layerbench.scratch import Scratch, unmount_path
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, OptionsT, register
 
 _MOUNT_WAIT_S = 15.0
 
@@ -90,20 +92,18 @@ def _wait_until_mounted(
     raise SetupError(f"{name} did not mount {target} within {_MOUNT_WAIT_S:.0f}s")
 
 
-@register
-class FuseLayer(Layer):
-    kind = "fuse"
-    Options = FuseOptions
-    summary = "a FUSE passthrough (bindfs) of the layer below; its daemon's CPU is recorded"
-    tools = ("bindfs", "umount")
+class FuseDaemonLayer(Layer[OptionsT]):
+    """A layer whose top a FUSE daemon serves: started in a session of its own, journaled,
+    waited for until it has mounted, stopped after the unmount. Each kind (bindfs, sshfs,
+    squashfuse, fuse-overlayfs) names its daemon and gives its command line from its own
+    options."""
+
     filesystems = ("fuse",)
+    daemon_name: ClassVar[str]
 
-    daemon_name = "bindfs"
-
+    @abstractmethod
     def daemon_argv(self, source: Path, target: Path) -> list[str]:
-        """The daemon's command line, in the foreground (the pid held is the daemon's): a
-        subclass serves the mount with another FUSE program."""
-        return bindfs_argv(self.options, source, target)  # type: ignore[arg-type]
+        """The daemon's command line, in the foreground (the pid held is the daemon's)."""
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
@@ -136,3 +136,15 @@ class FuseLayer(Layer):
         finally:
             if daemon is not None:
                 daemon.poll()  # already reaped by the scratch root; lets Popen know
+
+
+@register
+class FuseLayer(FuseDaemonLayer[FuseOptions]):
+    kind = "fuse"
+    Options = FuseOptions
+    summary = "a FUSE passthrough (bindfs) of the layer below; its daemon's CPU is recorded"
+    tools = ("bindfs", "umount")
+    daemon_name = "bindfs"
+
+    def daemon_argv(self, source: Path, target: Path) -> list[str]:
+        return bindfs_argv(self.options, source, target)

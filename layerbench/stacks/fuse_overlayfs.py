@@ -6,13 +6,13 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from layerbench.stacks.base import BuildContext, Exposed, Placement, register
-from layerbench.stacks.fuse import FuseLayer
-from layerbench.stacks.overlay import OverlayLayer, OverlayOptions, upper_dirs
+from layerbench.stacks.base import BuildContext, Exposed, register
+from layerbench.stacks.fuse import FuseDaemonLayer
+from layerbench.stacks.overlay import OverlayOptions, OverlayPlacement, upper_dirs
 
 
 @register
-class FuseOverlayfsLayer(FuseLayer):
+class FuseOverlayfsLayer(FuseDaemonLayer[OverlayOptions], OverlayPlacement):
     kind = "fuse-overlayfs"
     Options = OverlayOptions
     summary = "fuse-overlayfs: the layer below as lower dir, upper on disk or tmpfs, in userspace"
@@ -20,11 +20,8 @@ class FuseOverlayfsLayer(FuseLayer):
     daemon_name = "fuse-overlayfs"
     _upper: tuple[Path, Path] | None = None
 
-    def place(self, below: Placement) -> Placement:
-        return OverlayLayer.place(self, below)  # type: ignore[arg-type]
-
     def daemon_argv(self, source: Path, target: Path) -> list[str]:
-        options: OverlayOptions = self.options  # type: ignore[assignment]
+        options = self.options
         mount_options = [f"lowerdir={source}"]
         if self._upper is not None:  # without an upper dir fuse-overlayfs mounts read-only
             mount_options += [f"upperdir={self._upper[0]}", f"workdir={self._upper[1]}"]
@@ -32,7 +29,7 @@ class FuseOverlayfsLayer(FuseLayer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: OverlayOptions = self.options  # type: ignore[assignment]
+        options = self.options
         with contextlib.ExitStack() as stack:
             lines: list[str] = []
             if not options.readonly:

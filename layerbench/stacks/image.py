@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import field_validator, model_validator
 
@@ -97,10 +97,16 @@ class ImageOptions(LayerOptions):
         return self
 
 
+# The image kind's options, or those of a kind built on it (fscrypt's extend them).
+ImageOptionsT = TypeVar("ImageOptionsT", bound=ImageOptions, covariant=True)
+
+
 @register
-class ImageLayer(Layer):
+class ImageLayer(Layer[ImageOptionsT]):
     kind = "image"
-    Options = ImageOptions
+    # Declared, not inferred: inferred, it would be typed by its constructor, whose fields a
+    # kind built on this one narrows (fscrypt's fs), and that kind's Options would not fit.
+    Options: ClassVar[type[ImageOptions]] = ImageOptions
     summary = "a loop-mounted image file with ext4, xfs or btrfs (FreeBSD's md vnode)"
     tools = ("mount", "losetup")
 
@@ -110,10 +116,10 @@ class ImageLayer(Layer):
         return (f"mkfs.{fs}",)
 
     def fs_size(self) -> int | None:
-        return parse_size(self.options.size)  # type: ignore[attr-defined]
+        return parse_size(self.options.size)
 
     def place(self, below: Placement) -> Placement:
-        options: ImageOptions = self.options  # type: ignore[assignment]
+        options = self.options
         size = parse_size(options.size)
         holder = f"{options.fs} image size={options.size}"
         if options.device is not None:
@@ -134,14 +140,14 @@ class ImageLayer(Layer):
         return replace(placed, writable=not options.readonly)
 
     def refusal(self, allowed_devices: frozenset[str], force: bool) -> str | None:
-        device = self.options.device  # type: ignore[attr-defined]
+        device = self.options.device
         if device is None:
             return None
         return device_refusal(device, allowed_devices, force)
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: ImageOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if options.device is not None:
             with self._on_device(ctx, options) as exposed:
                 yield exposed

@@ -88,7 +88,7 @@ def _controller(name: str) -> cgroups.Hierarchy | None:
 
 
 @register
-class LimitsLayer(Layer):
+class LimitsLayer(Layer[LimitsOptions]):
     kind = "limits"
     Options = LimitsOptions
     summary = "fewer CPUs and less memory for the workload (a cpuset and a memory control group)"
@@ -112,7 +112,7 @@ class LimitsLayer(Layer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: LimitsOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if lacks := self.missing(options):
             raise SetupError(f"limits: needs {lacks[0]}")
         label = f"{ctx.workdir.name}-L{self.index}"

@@ -36,18 +36,14 @@ def upper_dirs(
     return upper_fs / "upper", upper_fs / "work", lines
 
 
-@register
-class OverlayLayer(Layer):
-    kind = "overlay"
-    Options = OverlayOptions
-    summary = "overlayfs: the layer below as lower dir, upper on disk or tmpfs"
-    tools = ("mount",)
-    filesystems = ("overlay",)
+class OverlayPlacement(Layer[OverlayOptions]):
+    """Where an overlay puts new data, whoever serves it (the kernel's overlayfs or
+    fuse-overlayfs): the same upper and lower options, the same upper directory."""
 
     def place(self, below: Placement) -> Placement:
         """New data goes to the upper directory: a tmpfs of its own, or the trial's directory
         on the scratch root's file system."""
-        options: OverlayOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if options.readonly:
             return replace(below, writable=False)
         if options.upper == "tmpfs":
@@ -62,9 +58,18 @@ class OverlayLayer(Layer):
             )
         return replace(upper, reserved_memory=below.reserved_memory, reserved_disk=below.reserved_disk)
 
+
+@register
+class OverlayLayer(OverlayPlacement):
+    kind = "overlay"
+    Options = OverlayOptions
+    summary = "overlayfs: the layer below as lower dir, upper on disk or tmpfs"
+    tools = ("mount",)
+    filesystems = ("overlay",)
+
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: OverlayOptions = self.options  # type: ignore[assignment]
+        options = self.options
         merged = ctx.subdir(f"L{self.index}-overlay")
         with contextlib.ExitStack() as stack:
             lines: list[str] = []

@@ -9,10 +9,11 @@ layer's does, and is deleted at teardown."""
 
 import contextlib
 import shutil
+from abc import abstractmethod
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import field_validator, model_validator
 
@@ -86,23 +87,34 @@ def _check_level(compressor: str, level: int | None, levels: dict[str, tuple[int
         raise ValueError(f"level {level} for {compressor}: valid {bounds[0]} to {bounds[1]}")
 
 
-class _Packed(Layer):
-    """The shared build: pack a tree into an image on the layer below, loop-mount it ro."""
+# A packed kind's options: squashfs's, erofs's, or those of a kind that extends them.
+PackedOptionsT = TypeVar("PackedOptionsT", bound=PackedOptions, covariant=True)
+SquashfsOptionsT = TypeVar("SquashfsOptionsT", bound=SquashfsOptions, covariant=True)
 
-    suffix: ClassVar[str]
+
+class PackedImage(Layer[PackedOptionsT]):
+    """An image packed untimed on the layer below and served read-only, by a loop mount or
+    by a FUSE daemon (squashfuse): where its data lands, and the command that packs it."""
 
     def place(self, below: Placement) -> Placement:
-        options: PackedOptions = self.options  # type: ignore[assignment]
+        options = self.options
         # The image sits on the layer below; its top takes no writes at all.
         packed = archive_estimate(options.content) if options.content else 0
         return replace(below, writable=False, reserved_disk=below.reserved_disk + packed)
 
+    @abstractmethod
     def pack_command(self, source: Path, image: Path) -> list[str]:
-        raise NotImplementedError
+        """The command that packs the tree at source into the image file."""
+
+
+class _Packed(PackedImage[PackedOptionsT]):
+    """The shared build: pack a tree into an image on the layer below, loop-mount it ro."""
+
+    suffix: ClassVar[str]
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: PackedOptions = self.options  # type: ignore[assignment]
+        options = self.options
         source = _unpacked(ctx, options.content, self.index) if options.content else below.path
         image = below.path / f"layer{self.index}.{self.suffix}"
         target = ctx.subdir(f"L{self.index}-{self.kind}")
@@ -127,17 +139,11 @@ def _unpacked(ctx: BuildContext, content: str, index: int) -> Path:
     return directory
 
 
-@register
-class SquashfsLayer(_Packed):
-    kind = "squashfs"
-    Options = SquashfsOptions
-    summary = "a read-only squashfs image (mksquashfs) of the content below, loop-mounted"
-    tools = ("mksquashfs", "mount", "tar")
-    filesystems = ("squashfs",)
-    suffix = "sqfs"
+class SquashfsImage(PackedImage[SquashfsOptionsT]):
+    """A squashfs image packed by mksquashfs, for the kernel's squashfs and squashfuse alike."""
 
     def pack_command(self, source: Path, image: Path) -> list[str]:
-        options: SquashfsOptions = self.options  # type: ignore[assignment]
+        options = self.options
         level = ["-Xcompression-level", str(options.level)] if options.level is not None else []
         return [
             "mksquashfs", str(source), str(image), "-noappend", "-quiet", "-no-progress",
@@ -147,7 +153,17 @@ class SquashfsLayer(_Packed):
 
 
 @register
-class ErofsLayer(_Packed):
+class SquashfsLayer(_Packed[SquashfsOptions], SquashfsImage[SquashfsOptions]):
+    kind = "squashfs"
+    Options = SquashfsOptions
+    summary = "a read-only squashfs image (mksquashfs) of the content below, loop-mounted"
+    tools = ("mksquashfs", "mount", "tar")
+    filesystems = ("squashfs",)
+    suffix = "sqfs"
+
+
+@register
+class ErofsLayer(_Packed[ErofsOptions]):
     kind = "erofs"
     Options = ErofsOptions
     summary = "a read-only erofs image (mkfs.erofs) of the content below, loop-mounted"
@@ -156,7 +172,7 @@ class ErofsLayer(_Packed):
     suffix = "erofs"
 
     def pack_command(self, source: Path, image: Path) -> list[str]:
-        options: ErofsOptions = self.options  # type: ignore[assignment]
+        options = self.options
         compress = []
         if options.compressor != "none":
             level = f",{options.level}" if options.level is not None else ""

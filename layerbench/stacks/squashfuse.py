@@ -12,9 +12,9 @@ from pathlib import Path
 from pydantic import field_validator
 
 from layerbench import system
-from layerbench.stacks.base import BuildContext, Exposed, Placement, register
-from layerbench.stacks.fuse import FuseLayer, one_option_each
-from layerbench.stacks.packed import SquashfsLayer, SquashfsOptions, _unpacked
+from layerbench.stacks.base import BuildContext, Exposed, register
+from layerbench.stacks.fuse import FuseDaemonLayer, one_option_each
+from layerbench.stacks.packed import SquashfsImage, SquashfsOptions, _unpacked
 
 
 class SquashfuseOptions(SquashfsOptions):
@@ -30,7 +30,7 @@ class SquashfuseOptions(SquashfsOptions):
 
 
 @register
-class SquashfuseLayer(FuseLayer):
+class SquashfuseLayer(FuseDaemonLayer[SquashfuseOptions], SquashfsImage[SquashfuseOptions]):
     kind = "squashfuse"
     Options = SquashfuseOptions
     summary = "the squashfs image of the content below served by squashfuse_ll (FUSE), not the kernel"
@@ -38,11 +38,8 @@ class SquashfuseLayer(FuseLayer):
     filesystems = ("fuse",)
     daemon_name = "squashfuse_ll"
 
-    def place(self, below: Placement) -> Placement:
-        return SquashfsLayer.place(self, below)  # type: ignore[arg-type]
-
     def daemon_argv(self, source: Path, target: Path) -> list[str]:
-        options: SquashfuseOptions = self.options  # type: ignore[assignment]
+        options = self.options
         threads = [] if options.multithreaded else ["-s"]
         # ro: the mount says what it is (a writer gets EROFS from the kernel, not the daemon)
         return [
@@ -57,11 +54,11 @@ class SquashfuseLayer(FuseLayer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: SquashfuseOptions = self.options  # type: ignore[assignment]
+        options = self.options
         source = _unpacked(ctx, options.content, self.index) if options.content else below.path
         image = below.path / f"layer{self.index}.sqfs"
         try:
-            system.run(SquashfsLayer.pack_command(self, source, image), timeout=3600)  # type: ignore[arg-type]
+            system.run(self.pack_command(source, image), timeout=3600)
             if options.content:
                 shutil.rmtree(source)  # what is packed is in the image now
             with super().expose(ctx, replace(below, path=image)) as exposed:

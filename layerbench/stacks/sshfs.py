@@ -23,7 +23,7 @@ from pydantic import field_validator
 from layerbench import procfs, system
 from layerbench.errors import SetupError
 from layerbench.stacks.base import BuildContext, Exposed, LayerOptions, register
-from layerbench.stacks.fuse import FuseLayer, one_option_each
+from layerbench.stacks.fuse import FuseDaemonLayer, one_option_each
 
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by its full path
 _LISTEN_WAIT_S = 10.0
@@ -109,7 +109,7 @@ def _keygen(path: Path) -> str:
 
 
 @register
-class SshfsLayer(FuseLayer):
+class SshfsLayer(FuseDaemonLayer[SshfsOptions]):
     kind = "sshfs"
     Options = SshfsOptions
     summary = (
@@ -121,7 +121,7 @@ class SshfsLayer(FuseLayer):
     _client: tuple[int, Path, Path] | None = None  # port, client key, known_hosts
 
     def daemon_argv(self, source: Path, target: Path) -> list[str]:
-        options: SshfsOptions = self.options  # type: ignore[assignment]
+        options = self.options
         assert self._client is not None, "the server is started first"
         port, key, known = self._client
         ssh = [

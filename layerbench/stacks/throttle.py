@@ -67,7 +67,7 @@ def _major_minor(name: str) -> str:
 
 
 @register
-class ThrottleLayer(Layer):
+class ThrottleLayer(Layer[ThrottleOptions]):
     kind = "throttle"
     Options = ThrottleOptions
     summary = "limits bandwidth/IOPS of the block device below (cgroup blkio or io.max)"
@@ -80,7 +80,7 @@ class ThrottleLayer(Layer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: ThrottleOptions = self.options  # type: ignore[assignment]
+        options = self.options
         hierarchy = cgroups.io_hierarchy()
         if hierarchy is None:
             raise SetupError(f"throttle: {self.missing()[0]}")

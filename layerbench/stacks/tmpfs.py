@@ -14,7 +14,7 @@ class TmpfsOptions(LayerOptions):
 
 
 @register
-class TmpfsLayer(Layer):
+class TmpfsLayer(Layer[TmpfsOptions]):
     kind = "tmpfs"
     Options = TmpfsOptions
     summary = "a memory file system of a given size (the seed's memory fs)"
@@ -22,14 +22,14 @@ class TmpfsLayer(Layer):
     filesystems = ("tmpfs",)
 
     def fs_size(self) -> int | None:
-        return parse_size(self.options.size)  # type: ignore[attr-defined]
+        return parse_size(self.options.size)
 
     def place(self, below: Placement) -> Placement:
-        size = parse_size(self.options.size)  # type: ignore[attr-defined]
+        size = parse_size(self.options.size)
         return Placement(
             medium="memory",
             capacity=size,
-            holder=f"tmpfs size={self.options.size}",  # type: ignore[attr-defined]
+            holder=f"tmpfs size={self.options.size}",
             writable=not self.options.readonly,
             reserved_memory=below.reserved_memory,
             reserved_disk=below.reserved_disk,
@@ -37,7 +37,7 @@ class TmpfsLayer(Layer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: TmpfsOptions = self.options  # type: ignore[assignment]
+        options = self.options
         target = ctx.subdir(f"L{self.index}-tmpfs")
         size = parse_size(options.size)
         mount_options = [f"size={size}", *options.mount_options]

@@ -48,7 +48,7 @@ class VmOptions(LayerOptions):
 
 
 @register
-class VmLayer(Layer):
+class VmLayer(Layer[VmOptions]):
     kind = "vm"
     Options = VmOptions
     summary = "a qemu guest (microvm) on an image file of the layer below; layers above run inside"
@@ -61,7 +61,7 @@ class VmLayer(Layer):
     @classmethod
     def missing(cls, options: LayerOptions | None = None) -> list[str]:
         lacks = super().missing(options)
-        if lacks or options is None:
+        if lacks or not isinstance(options, VmOptions):  # None: the kind alone (layerbench list)
             return lacks
         problem = machine.unseen_in_guest()
         if problem:
@@ -70,24 +70,24 @@ class VmLayer(Layer):
         # settle the accelerator, so none of it happens during a trial.
         try:
             kernel.guest_kernel()
-            machine.resolve_accel(options.accel)  # type: ignore[attr-defined]
+            machine.resolve_accel(options.accel)
         except (UserError, SetupError) as exc:
             return [str(exc)]
         return []
 
     def place(self, below: Placement) -> Placement:
         """The guest's disk is an image on the layer below; its RAM comes from the host."""
-        options: VmOptions = self.options  # type: ignore[assignment]
+        options = self.options
         placed = below.bounded(parse_size(options.disk_size), f"vm disk_size={options.disk_size}")
         return replace(
             placed, writable=True, reserved_memory=placed.reserved_memory + parse_size(options.memory)
         )
 
     def fs_size(self) -> int | None:
-        return parse_size(self.options.disk_size)  # type: ignore[attr-defined]
+        return parse_size(self.options.disk_size)
 
     def describe(self) -> str:
-        options: VmOptions = self.options  # type: ignore[assignment]
+        options = self.options
         accel, _ = machine.resolve_accel(options.accel)
         settings = options.model_dump(exclude={"kind", "accel"}, exclude_defaults=True)
         inner = ", ".join([*(f"{k}={v}" for k, v in settings.items()), f"accel={accel}"])
@@ -95,7 +95,7 @@ class VmLayer(Layer):
 
     @contextlib.contextmanager
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
-        options: VmOptions = self.options  # type: ignore[assignment]
+        options = self.options
         size = parse_size(options.disk_size)
         guest = kernel.guest_kernel()
         accel, why = machine.resolve_accel(options.accel)

@@ -14,7 +14,7 @@ method cannot reach the level at all with so few repetitions. Runs flagged as di
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from layerbench import metrics
 from layerbench.stats import family, intervals, methods
 
 ALPHA = 0.05
-CORRECTION = "holm"
+CORRECTION: Final = "holm"  # Final: typed as the literal, one of the plan's choices
 EQUIVALENCE = 0.05
 CONFIDENCE = intervals.CONFIDENCE
 NOISY_CV = 0.05
@@ -130,7 +130,12 @@ def describe(stack: str, workload: str, metric: str, values: list[float]) -> Sum
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n == 0:
-        return Summary(stack, workload, metric, 0, *([None] * 13), "insufficient data")
+        return Summary(
+            stack, workload, metric, 0, median=None, mean=None, stdev=None, cv=None,
+            ci_low=None, ci_high=None, ci_level=None, ratio=None, ratio_ci_low=None,
+            ratio_ci_high=None, ratio_ci_level=None, p_value=None, p_adjusted=None,
+            verdict="insufficient data",
+        )
     median = float(np.median(data))
     mean = float(np.mean(data))
     stdev = float(np.std(data, ddof=1)) if n > 1 else None

@@ -25,7 +25,7 @@ import os
 import shutil
 import socket
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from layerbench import metrics
@@ -73,6 +73,14 @@ def now() -> str:
 
 def this_machine() -> str:
     return socket.gethostname()
+
+
+def _inserted_key(result: CursorResult[Any]) -> int:
+    """The primary key of the row an insert of one row made (SQLAlchemy types it optional:
+    it is None only after an insert of many rows or a statement that is no insert)."""
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 @dataclass(frozen=True)
@@ -364,7 +372,7 @@ class Store:
         }
         with self._write() as connection:
             result = connection.execute(experiments_table.insert().values(values))
-            return int(result.inserted_primary_key[0])
+            return _inserted_key(result)
 
     def _update(self, experiment_id: int, **values: Any) -> None:
         with self._write() as connection:
@@ -414,7 +422,7 @@ class Store:
         run: Mapping[str, Any],
         devices: dict[str, Any],
         facts: dict[str, Any],
-        samples: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        samples: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """A run given as a row of the runs table (columns as in run_columns())."""
         values = {c: run.get(c) for c in run_columns()} | {
@@ -423,7 +431,7 @@ class Store:
             "facts_json": json.dumps(facts),
         }
         with self._write() as connection:  # the run and its samples land together
-            run_id = connection.execute(self._runs().insert().values(values)).inserted_primary_key[0]
+            run_id = _inserted_key(connection.execute(self._runs().insert().values(values)))
             if samples:
                 connection.execute(
                     samples_table.insert(),

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,11 @@ class WorkloadOptions(BaseModel):
     trace: Literal["block"] | None = Field(
         default=None, description='"block": a block-request latency histogram per device (bpftrace)'
     )
+
+
+# A workload kind's own options class: its methods then see that class's fields. Covariant,
+# so that a workload of any kind is a Workload[WorkloadOptions] (the options are only read).
+OptionsT = TypeVar("OptionsT", bound=WorkloadOptions, covariant=True)
 
 
 @dataclass
@@ -64,7 +69,10 @@ class LatencyCdf:
     lines: dict[str, tuple[list[float], list[float]]]
 
 
-class Workload(ABC):
+class Workload(ABC, Generic[OptionsT]):
+    """One kind of workload: a Workload[ItsOptions], with Options = ItsOptions (what the
+    plan's table is validated against)."""
+
     kind: ClassVar[str]
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
     summary: ClassVar[str] = ""
@@ -75,8 +83,8 @@ class Workload(ABC):
     # sits on the scratch root's own file system writes this much (set by make_workloads).
     reference_fs_size: int | None = None
 
-    def __init__(self, options: WorkloadOptions, name: str) -> None:
-        self.options = options
+    def __init__(self, options: OptionsT, name: str) -> None:
+        self.options: OptionsT = options
         self.name = name
 
     @property
@@ -102,7 +110,7 @@ class Workload(ABC):
         """Bytes of memory a trial holds besides the stack (a staging tmpfs)."""
         return 0
 
-    def fetch(self) -> None:  # noqa: B027 - optional hook, most workloads need nothing
+    def fetch(self) -> None:
         """Once per experiment, before anything is stored: download or pack what the runs
         need (untimed). Most workloads need nothing."""
 
@@ -136,15 +144,19 @@ class Workload(ABC):
         return f"{self.kind}({inner})" if inner else self.kind
 
 
-WORKLOAD_KINDS: dict[str, type[Workload]] = {}
+WORKLOAD_KINDS: dict[str, type[Workload[WorkloadOptions]]] = {}
+
+WorkloadT = TypeVar("WorkloadT", bound=Workload[WorkloadOptions])
 
 
-def register(cls: type[Workload]) -> type[Workload]:
+def register(cls: type[WorkloadT]) -> type[WorkloadT]:
     WORKLOAD_KINDS[cls.kind] = cls
     return cls
 
 
-def make_workloads(options: dict[str, WorkloadOptions], reference_fs_size: int | None) -> dict[str, Workload]:
+def make_workloads(
+    options: dict[str, WorkloadOptions], reference_fs_size: int | None
+) -> dict[str, Workload[WorkloadOptions]]:
     """The plan's workloads, each told the smallest file system of the plan's stacks."""
     workloads = {name: WORKLOAD_KINDS[body.kind](body, name) for name, body in options.items()}
     for workload in workloads.values():
@@ -152,7 +164,7 @@ def make_workloads(options: dict[str, WorkloadOptions], reference_fs_size: int |
     return workloads
 
 
-def load_kinds() -> dict[str, type[Workload]]:
+def load_kinds() -> dict[str, type[Workload[WorkloadOptions]]]:
     package = importlib.import_module("layerbench.workloads")
     for info in pkgutil.iter_modules(package.__path__):
         if info.name != "base" and not info.name.startswith("_"):

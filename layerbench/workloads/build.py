@@ -52,8 +52,12 @@ RECIPES: dict[str, Project] = {
 }
 
 
+def _default_projects() -> list[str | Project]:
+    return ["zlib"]
+
+
 class BuildOptions(WorkloadOptions):
-    projects: list[str | Project] = Field(default_factory=lambda: ["zlib"], min_length=1)
+    projects: list[str | Project] = Field(default_factory=_default_projects, min_length=1)
     jobs: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
     # Warm: the world is in the page cache, as on a machine that builds all day; the
     # untimed warm-up compiles a small program in the jail. Cold: caches dropped first.
@@ -110,7 +114,7 @@ _TAR_FLAG = {".gz": "-z", ".tgz": "-z", ".xz": "-J", ".bz2": "-j", ".zst": "--zs
 
 
 @register
-class Build(Workload):
+class Build(Workload[BuildOptions]):
     kind = "build"
     Options = BuildOptions
     summary = "compile real C code (zlib, lua, perl from Debian sources) with make -jN in the stack's chroot"
@@ -119,13 +123,13 @@ class Build(Workload):
 
     @property
     def projects(self) -> list[Project]:
-        options: BuildOptions = self.options  # type: ignore[assignment]
+        options = self.options
         return [RECIPES[p] if isinstance(p, str) else p for p in options.projects]
 
     @cached_property
     def tarballs(self) -> dict[str, Path]:
         """Each project's source tarball; Debian's are downloaded once into the cache."""
-        options: BuildOptions = self.options  # type: ignore[assignment]
+        options = self.options
         return {
             p.name: Path(p.archive)
             if p.archive
@@ -137,7 +141,7 @@ class Build(Workload):
         self.tarballs  # noqa: B018 - downloads once, before the experiment starts
 
     def script(self) -> str:
-        options: BuildOptions = self.options  # type: ignore[assignment]
+        options = self.options
         steps = [
             f"cd /usr/src/{shlex.quote(p.name)} && {p.build.replace('{jobs}', str(options.jobs))}"
             for p in self.projects
@@ -169,7 +173,7 @@ class Build(Workload):
             if project.configure.strip():
                 inside = jail.inside(tree)
                 system.run(jail.command(f"cd {shlex.quote(inside)} && {project.configure}"), timeout=3600)
-        options: BuildOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if options.caches == "warm":
             system.run(jail.command(_WARM_UP), timeout=600)
         # The objects the build writes are made durable inside the timed run, as every

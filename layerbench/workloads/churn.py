@@ -34,18 +34,18 @@ class ChurnOptions(WorkloadOptions):
 
 
 @register
-class Churn(Workload):
+class Churn(Workload[ChurnOptions]):
     kind = "churn"
     Options = ChurnOptions
     summary = "mount and unmount the stack's top layer in rapid succession; latencies, leaks, kernel log"
     tools = ("mount", "umount")
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        options: ChurnOptions = self.options  # type: ignore[assignment]
+        options = self.options
         return options.files * max(parse_size(options.file_size), 4096)
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: ChurnOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if not stack.parts:
             raise SetupError("churn: the stack has no layer to mount and unmount; give it at least one")
         top = stack.parts[-1]
@@ -53,6 +53,7 @@ class Churn(Workload):
         churn_dir = ctx.subdir("churn")
         # Whatever a killed or timed-out child left mounted goes before the trial's own teardown.
         resources.callback(_unmount_all_under, churn_dir)
+        result_path = ctx.workdir / "churn-result.json"
         spec = {
             "scratch": str(ctx.scratch.root),
             "layer": top.options.model_dump(warnings=False),
@@ -63,13 +64,12 @@ class Churn(Workload):
             "cycles": options.cycles,
             "files": options.files,
             "file_size": parse_size(options.file_size),
-            "result": str(ctx.workdir / "churn-result.json"),
+            "result": str(result_path),
         }
         spec_path = ctx.workdir / "churn-spec.json"
         spec_path.write_text(json.dumps(spec))
 
         def collect(prepared: Prepared) -> None:
-            result_path = Path(spec["result"])  # type: ignore[arg-type]
             if not result_path.exists():
                 return
             result = json.loads(result_path.read_text())

@@ -29,14 +29,14 @@ class CommandOptions(WorkloadOptions):
 
 
 @register
-class Command(Workload):
+class Command(Workload[CommandOptions]):
     kind = "command"
     Options = CommandOptions
     summary = "any command line, run in the stack's top directory ($LAYERBENCH_TARGET)"
     tools = ("sh",)
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: CommandOptions = self.options  # type: ignore[assignment]
+        options = self.options
         env = {"LAYERBENCH_TARGET": str(stack.top)}
         if options.prepare.strip():
             system.run(["sh", "-c", f"cd {shlex.quote(str(stack.top))} && {options.prepare}"], timeout=3600)

@@ -27,7 +27,7 @@ class ExtractOptions(WorkloadOptions):
 
 
 @register
-class Extract(Workload):
+class Extract(Workload[ExtractOptions]):
     kind = "extract"
     Options = ExtractOptions
     summary = "untar a source tree staged on a tmpfs onto the stack, then syncfs"
@@ -35,21 +35,21 @@ class Extract(Workload):
     writes = True
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        return archive_estimate(self.options.archive)  # type: ignore[attr-defined]
+        return archive_estimate(self.options.archive)
 
     def staging_bytes(self) -> int:
-        options: ExtractOptions = self.options  # type: ignore[assignment]
+        options = self.options
         return packed_size(options.archive) + _STAGE_SLACK
 
     @cached_property
     def archive(self) -> Archive:
-        return resolve(self.options.archive)  # type: ignore[attr-defined]
+        return resolve(self.options.archive)
 
     def fetch(self) -> None:
         self.archive  # noqa: B018 - packs a built-in archive once, untimed
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: ExtractOptions = self.options  # type: ignore[assignment]
+        options = self.options
         archive = self.archive
         stage = ctx.subdir("stage")
         size = archive.path.stat().st_size + _STAGE_SLACK

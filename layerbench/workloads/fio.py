@@ -247,7 +247,7 @@ def figures_of(document: dict[str, Any]) -> tuple[dict[str, float], dict[str, An
 
 
 @register
-class Fio(Workload):
+class Fio(Workload[FioOptions]):
     kind = "fio"
     Options = FioOptions
     summary = "a fio job (a job file or inline options) on the stack's top: IOPS, bandwidth, latency"
@@ -255,10 +255,10 @@ class Fio(Workload):
     writes = True
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        return job_bytes(job_text(self.options, self.name))  # type: ignore[arg-type]
+        return job_bytes(job_text(self.options, self.name))
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: FioOptions = self.options  # type: ignore[assignment]
+        options = self.options
         text = job_text(options, self.name)
         facts: dict[str, object] = {}
         if wants_direct(text) and (refusal := refuses_direct(stack.top)):

@@ -22,19 +22,19 @@ class MetadataOptions(WorkloadOptions):
 
 
 @register
-class Metadata(Workload):
+class Metadata(Workload[MetadataOptions]):
     kind = "metadata"
     Options = MetadataOptions
     summary = "create, stat, read and delete many small files, then syncfs"
     writes = True
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        options: MetadataOptions = self.options  # type: ignore[assignment]
+        options = self.options
         # Each file takes at least a 4 KiB block, and a directory per files_per_dir.
         return options.files * max(parse_size(options.size), 4096)
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: MetadataOptions = self.options  # type: ignore[assignment]
+        options = self.options
         work = stack.top / "metadata"
         argv = [
             sys.executable,

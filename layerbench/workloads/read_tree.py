@@ -42,23 +42,23 @@ class ReadTreeOptions(WorkloadOptions):
 
 
 @register
-class ReadTree(Workload):
+class ReadTree(Workload[ReadTreeOptions]):
     kind = "read-tree"
     Options = ReadTreeOptions
     summary = "stat or read every entry of a tree on the stack's top, cold or warm, 1..N readers"
     tools = ("tar",)
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        tree = self.options.tree  # type: ignore[attr-defined]
+        tree = self.options.tree
         return 0 if tree == "top" else archive_estimate(tree)
 
     def fetch(self) -> None:
-        tree = self.options.tree  # type: ignore[attr-defined]
+        tree = self.options.tree
         if tree.startswith("builtin:"):
             builtin_archive(tree.removeprefix("builtin:"))  # packed once, untimed
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: ReadTreeOptions = self.options  # type: ignore[assignment]
+        options = self.options
         root = stack.top
         if options.tree != "top" and os.access(root, os.W_OK):
             unpack(resolve(options.tree), root)

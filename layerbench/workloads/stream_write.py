@@ -34,7 +34,7 @@ class StreamWriteOptions(WorkloadOptions):
 
 
 @register
-class StreamWrite(Workload):
+class StreamWrite(Workload[StreamWriteOptions]):
     kind = "stream-write"
     Options = StreamWriteOptions
     summary = "dd one large file from /dev/zero, fsync'd; optionally onto a pre-filled fs"
@@ -42,7 +42,7 @@ class StreamWrite(Workload):
     writes = True
 
     def fill_bytes(self, stack: BuiltStack) -> int:
-        options: StreamWriteOptions = self.options  # type: ignore[assignment]
+        options = self.options
         if isinstance(options.fill, str):
             return parse_size(options.fill)
         if options.fill == 0:
@@ -51,7 +51,7 @@ class StreamWrite(Workload):
         return int(options.fill * base)
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
-        options: StreamWriteOptions = self.options  # type: ignore[assignment]
+        options = self.options
         size = parse_size(options.size)
         if isinstance(options.fill, str):
             fill = parse_size(options.fill)
@@ -60,7 +60,7 @@ class StreamWrite(Workload):
         return size + fill
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
-        options: StreamWriteOptions = self.options  # type: ignore[assignment]
+        options = self.options
         block = parse_size(options.block_size)
         count = -(-parse_size(options.size) // block)
         fill = self.fill_bytes(stack)
