@@ -16,7 +16,10 @@ from layerbench.scratch.policy import MARKER, check_root, inside
 
 
 class Scratch:
-    """An opened scratch root: holds the lock while a run or clean uses it."""
+    """An opened scratch root: holds the lock while a run or clean uses it.
+
+    As a context manager: on the way out, tidied and unlocked, if this process locked it
+    (one that could not take the lock leaves another process's journal alone)."""
 
     def __init__(self, root: Path) -> None:
         self.root = check_root(root)
@@ -27,7 +30,21 @@ class Scratch:
         self._lock_handle: TextIO | None = None
         self._dir_idents: dict[str, int] = {}
 
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.locked:
+            try:
+                self.tidy()
+            finally:
+                self.unlock()
+
     # -- lock
+    @property
+    def locked(self) -> bool:
+        return self._lock_handle is not None
+
     def lock(self, what: str) -> None:
         """Take the root for this process; what says who holds it, for a refused second run."""
         handle = open(self.root / "lock", "a+")  # noqa: SIM115 - held for the run's lifetime
