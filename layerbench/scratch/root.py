@@ -4,6 +4,7 @@ managers through which every resource of a run is made (journaled before it exis
 import contextlib
 import fcntl
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -134,21 +135,24 @@ class Scratch:
             self.journal.done(ident)
 
     @contextlib.contextmanager
-    def process(self, start: Callable[[], int], label: str, *, named: Path) -> Iterator[int]:
-        """A helper daemon: start() returns its pid; it is stopped on the way out.
+    def process(
+        self, start: Callable[[], "subprocess.Popen[bytes]"], label: str, *, named: Path
+    ) -> Iterator["subprocess.Popen[bytes]"]:
+        """A helper daemon: start() starts it and returns it; it is stopped on the way out.
 
         named is a path in this root that the daemon's command line carries: a kill between
         the start and the pid reaching the journal still leaves clean a way to find it."""
         if not named.is_relative_to(self.root):
             raise SetupError(f"a helper process must name a path in {self.root}, not {named}")
         ident = self.journal.add("process", label, named=str(named))
-        pid = start()
+        child = start()
         try:  # from here on, whatever happens stops it (a signal at the next line too)
             failpoints.reached("helper-started")  # started, its pid not yet journaled
-            self.journal.update(ident, pid=pid, start_time=procfs.start_time(pid))
-            yield pid
+            self.journal.update(ident, pid=child.pid, start_time=procfs.start_time(child.pid))
+            yield child
         finally:
-            resources.stop_process(pid, None, hurry=self.hurry)
+            resources.stop_process(child.pid, None, hurry=self.hurry)
+            child.poll()  # reaped above; lets the Popen know, so that it never waits for it
             self.journal.done(ident)
 
     @contextlib.contextmanager
