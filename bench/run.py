@@ -47,12 +47,11 @@ from scipy import stats as scipy_stats
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from layerbench import host, measure, namespace  # noqa: E402
+from layerbench import host, measure  # noqa: E402
 from layerbench.archives import builtin_archive  # noqa: E402
-from layerbench.scratch import Scratch  # noqa: E402
+from layerbench.errors import UserError  # noqa: E402
+from layerbench.session import Session  # noqa: E402
 from layerbench.sizes import format_size, parse_size  # noqa: E402
-from layerbench.store import Store  # noqa: E402
-from layerbench.validity import run_plan  # noqa: E402
 from layerbench.workloads import fio as fio_kind  # noqa: E402
 
 MODES = {
@@ -108,11 +107,11 @@ def measured_runs(data: object) -> dict[str, list[dict[str, object]]]:
     return found
 
 
-def overhead(scratch: Scratch, store: Store, reps: int) -> list[list[str]]:
+def overhead(session: Session, reps: int) -> list[list[str]]:
     workloads = '[workloads.true]\nkind = "command"\nrun = "true"\n'
     workloads += '[workloads.sleep]\nkind = "command"\nrun = "sleep 1"\n'
     started = time.monotonic()
-    data = run_plan(plan("bench-overhead", reps, 1, DISK, workloads), scratch, store)
+    data = session.run_plan(plan("bench-overhead", reps, 1, DISK, workloads))
     per_trial = (time.monotonic() - started) / len(data.runs)
     runs = measured_runs(data)
     rows = []
@@ -221,25 +220,25 @@ def ratio_row(what: str, ours: list[float], plain: list[float], unit: str, *, di
     ]
 
 
-def stream_write(scratch: Scratch, store: Store, size: str, rounds: int) -> list[list[str]]:
+def stream_write(session: Session, size: str, rounds: int) -> list[list[str]]:
     size_bytes = parse_size(size)
     count = size_bytes // 2**20
     workload = f'[workloads.write]\nkind = "stream-write"\nsize = "{size}"\n'
     serial = iter(range(10**6))
 
     def layerbench() -> float:
-        data = run_plan(plan("bench-stream-write", 1, 0, DISK, workload), scratch, store)
+        data = session.run_plan(plan("bench-stream-write", 1, 0, DISK, workload))
         return float(measured_runs(data)["write"][0]["throughput"]) / 1e6  # type: ignore[arg-type]
 
     def dd() -> float:
-        with scratch.directory("bench", f"dd-{next(serial)}") as target:
+        with session.scratch.directory("bench", f"dd-{next(serial)}") as target:
             measure.drop_caches()
             argv = ["dd", "if=/dev/zero", f"of={target}/stream.dat", "bs=1M", f"count={count}"]
             seconds = bare([*argv, "conv=fsync", "status=none"])
         return size_bytes / seconds / 1e6
 
     def fio() -> float:
-        with scratch.directory("bench", f"fio-{next(serial)}") as target:
+        with session.scratch.directory("bench", f"fio-{next(serial)}") as target:
             measure.drop_caches()
             done = subprocess.run(
                 # As dd writes: zeros, into a fresh file, no preallocation, one fsync at the end.
@@ -267,11 +266,12 @@ FIO_JOBS = {
 }
 
 
-def fio_workload(scratch: Scratch, store: Store, size: str, rounds: int) -> list[list[str]]:
+def fio_workload(session: Session, size: str, rounds: int) -> list[list[str]]:
     """The fio workload against the same job by hand, each on a fresh ext4 image of one size."""
     size_bytes = parse_size(size)
     image = 2 * size_bytes + (64 << 20)
     serial = iter(range(10**6))
+    scratch = session.scratch
     rows = []
     with tempfile.TemporaryDirectory(prefix="layerbench-bench-") as directory:
         for label, (direction, text) in FIO_JOBS.items():
@@ -283,7 +283,7 @@ def fio_workload(scratch: Scratch, store: Store, size: str, rounds: int) -> list
             def layerbench(
                 workload: str = workload, stack: str = stack, direction: str = direction
             ) -> tuple[float, float]:
-                data = run_plan(plan("bench-fio", 1, 0, stack, workload), scratch, store)
+                data = session.run_plan(plan("bench-fio", 1, 0, stack, workload))
                 run = measured_runs(data)["fio"][0]
                 return float(run[f"{direction}_iops"]), float(run[f"{direction}_clat_p99_ns"])  # type: ignore[arg-type]
 
@@ -325,13 +325,14 @@ def fio_workload(scratch: Scratch, store: Store, size: str, rounds: int) -> list
     return rows
 
 
-def extract(scratch: Scratch, store: Store, archive_name: str, rounds: int) -> list[list[str]]:
+def extract(session: Session, archive_name: str, rounds: int) -> list[list[str]]:
     archive = builtin_archive(archive_name)
+    scratch = session.scratch
     workload = f'[workloads.extract]\nkind = "extract"\narchive = "builtin:{archive_name}"\n'
     serial = iter(range(10**6))
 
     def layerbench() -> float:
-        data = run_plan(plan("bench-extract", 1, 0, DISK, workload), scratch, store)
+        data = session.run_plan(plan("bench-extract", 1, 0, DISK, workload))
         return float(measured_runs(data)["extract"][0]["wall_s"])  # type: ignore[arg-type]
 
     def tar() -> float:
@@ -395,9 +396,6 @@ def main() -> int:
     group.add_argument("--tiny", action="store_true", help="a smoke test: tiny sizes, two rounds")
     parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-bench"))
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("bench: needs root (mounts, drop_caches)", file=sys.stderr)
-        return 2
     for tool in ("fio", "tar", "dd"):
         if shutil.which(tool) is None:
             print(f"bench: {tool} is missing (apt-get install {tool if tool != 'dd' else 'coreutils'})")
@@ -405,23 +403,18 @@ def main() -> int:
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     reps, size, write_rounds, archive, extract_rounds, experiment = MODES[mode]
     started = time.monotonic()
-    namespace.enter_private_mount_namespace()
-    scratch = Scratch(args.scratch / "runs")
-    machine = host.describe(scratch.root)
-    scratch.lock("bench/run.py")
     rows: list[list[str]] = []
     try:
-        scratch.clean()
-        with tempfile.TemporaryDirectory(prefix="layerbench-bench-") as directory:
-            store = Store(Path(directory) / "bench.db")
-            rows += overhead(scratch, store, reps)
-            rows += stream_write(scratch, store, size, write_rounds)
-            rows += fio_workload(scratch, store, size, write_rounds)
-            rows += extract(scratch, store, archive, extract_rounds)
-            store.close()
-    finally:
-        scratch.tidy()
-        scratch.unlock()
+        # The layerbench runs' results go to a store that is removed with the session.
+        with Session(args.scratch / "runs", "bench/run.py") as session:
+            machine = host.describe(session.scratch.root)
+            rows += overhead(session, reps)
+            rows += stream_write(session, size, write_rounds)
+            rows += fio_workload(session, size, write_rounds)
+            rows += extract(session, archive, extract_rounds)
+    except UserError as exc:  # not root, the scratch root in use, leftovers that stay
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     rows += default_experiment(args.scratch, experiment)
     for root in (args.scratch / "runs", args.scratch / "default"):
         # Each is a scratch root of its own; what is left is its marker, lock and no journal.

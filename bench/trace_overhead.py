@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from statistics import median
 
@@ -23,10 +22,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from run import ratio_interval, verdict  # noqa: E402
 
-from layerbench import namespace, tracing  # noqa: E402
-from layerbench.scratch import Scratch  # noqa: E402
-from layerbench.store import Store  # noqa: E402
-from layerbench.validity import run_plan  # noqa: E402
+from layerbench import tracing  # noqa: E402
+from layerbench.errors import UserError  # noqa: E402
+from layerbench.session import Session  # noqa: E402
 
 FIGURE = {"stream-write": "wall_s", "extract": "wall_s", "randread": "read_iops"}
 WORKLOADS = {
@@ -53,24 +51,17 @@ def main() -> int:
     parser.add_argument("--size", default="256M")
     parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-trace"))
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("trace_overhead: needs root")
-        return 2
     if reason := tracing.missing():
         print(f"trace_overhead: cannot trace here: {reason}")
         return 2
-    namespace.enter_private_mount_namespace()  # tracefs is mounted in here only
-    scratch = Scratch(args.scratch)
-    scratch.lock("bench/trace_overhead.py")
     try:
-        scratch.clean()
-        with tempfile.TemporaryDirectory(prefix="layerbench-trace-") as directory:
-            store = Store(Path(directory) / "trace.db")
-            data = run_plan(plan(args.rounds, args.size), scratch, store)
-            store.close()
-    finally:
-        scratch.tidy()
-        scratch.unlock()
+        # tracefs is mounted in the session's private namespace only; the results go to a
+        # store that is removed with the session.
+        with Session(args.scratch, "bench/trace_overhead.py") as session:
+            data = session.run_plan(plan(args.rounds, args.size))
+    except UserError as exc:  # not root, the scratch root in use, leftovers that stay
+        print(f"trace_overhead: {exc}")
+        return 2
     shutil.rmtree(args.scratch, ignore_errors=True)
     runs = [r for r in data.runs if r["status"] == "ok" and not r["warmup"]]
     by: dict[str, dict[int, dict[str, object]]] = {}

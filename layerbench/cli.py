@@ -5,12 +5,10 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -25,20 +23,20 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
+from layerbench import __version__, doctor, expansion, footprint, repeatability, validity
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
-from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH
-from layerbench.plan import load_plan
+from layerbench.plan import Plan, load_plan
 from layerbench.reports import base as reports
 from layerbench.reports import comparison as comparison_formats
 from layerbench.reports import csv_export
 from layerbench.reports import history as history_formats
 from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
+from layerbench.session import MountNamespace, Session, require_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import Layer, LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
@@ -205,41 +203,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- signals -----------------------------------------------------------------------------
-
-
-HURRYING = b"hurrying the teardown\n"
-
-
-@contextlib.contextmanager
-def _interruptible(scratch: Scratch) -> Iterator[None]:
-    """First Ctrl-C (or SIGTERM, SIGHUP): stop, tear down, keep finished runs. A second one while
-    tearing down: hurry (lazy unmounts, SIGKILL helpers) but still leave nothing behind."""
-    count = 0
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal count
-        count += 1
-        if count == 1:
-            raise KeyboardInterrupt
-        scratch.hurry = True
-        # A raw write, never the console: this handler runs between any two bytecodes of the
-        # teardown, which may be inside rich itself (a print, a lazy import of its tables),
-        # and re-entering it there fails.
-        os.write(sys.stderr.fileno(), HURRYING)
-
-    # SIGHUP: the ssh session that started the run was closed.
-    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, handler) for s in stopping}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            # Once interrupted, the run is only exiting: a late second Ctrl-C must not turn
-            # a clean exit 130 into death by signal.
-            signal.signal(signum, signal.SIG_IGN if count else old)
-
-
 # ---- commands ------------------------------------------------------------------------------
 
 
@@ -248,6 +211,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--reps: must be at least 1")
     if args.fleet is not None:
         return cmd_run_fleet(args)
+    plan = _plan_to_run(args)
+    mounts = MountNamespace.HOST if args.no_namespace else MountNamespace.PRIVATE_IF_POSSIBLE
+    with Session(
+        args.scratch,
+        "layerbench run",
+        db=args.db,
+        create_store=args.resume is None,
+        mounts=mounts,
+        allowed_devices=frozenset(args.allow_device),
+        force=args.force,
+        report=_say,
+    ) as session:
+        experiment = _run_interruptibly(session, plan, args)
+        if experiment is None:
+            return 130
+        if not args.quiet:
+            for part in text_report.build(reports.gather(experiment.store, experiment.id)):  # type: ignore[arg-type]
+                out.print(part)
+        console.print(f"experiment {experiment.id} stored in {args.db}")
+        return 0
+
+
+def _plan_to_run(args: argparse.Namespace) -> Plan | None:
+    """run's options checked; the plan to run (None: the stored one of the experiment to resume)."""
     if args.hosts is not None:
         raise UserError("--hosts: only with --fleet HEAD")
     if args.credentials is not None:
@@ -258,106 +245,64 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(
             f"--resume {args.resume}: an experiment's number (a fleet's id only with --fleet HEAD)"
         )
-    plan = (
-        None
-        if args.resume is not None
-        else load_plan(args.plan, quick=args.quick, reps=args.reps, budget=args.budget)
-    )
-    if plan is not None and (refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch)):
+    if args.resume is not None:
+        if not args.db.exists():
+            raise UserError(f"{args.db}: no results database to resume from")
+        return None
+    plan = load_plan(args.plan, quick=args.quick, reps=args.reps, budget=args.budget)
+    if refusal := footprint.host_refusal(plan.stacks, plan.workloads, args.scratch):
         raise UserError(f"{plan.source}: {refusal}")
-    if os.geteuid() != 0:
-        raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
-    warnings: list[str] = []
-    if not args.no_namespace and (reason := namespace.enter_private_mount_namespace()):
-        warnings.append(f"mounts are in the host's namespace: {reason}")
-    # Stored with the experiment; printed once the input is known good (bad input: one line).
-    noise = doctor.warnings_before_run(args.scratch, plan)
-    if args.resume is not None and not args.db.exists():
-        raise UserError(f"{args.db}: no results database to resume from")
-    # Bad input is refused before anything is written: a scratch root that may not be one
-    # before the store is made, a --db that is not layerbench's before the scratch root is.
-    check_root(args.scratch)
-    store = _open_for_writing(args.db, create=args.resume is None)
-    scratch = Scratch(args.scratch)
-    scratch.lock("layerbench run")
-    try:
-        if not _recovered(scratch):
-            return 1
-        for ident in store.mark_running_interrupted():
-            console.print(f"experiment {ident} was killed; marked interrupted")
-        executor = LocalExecutor(scratch, allowed_devices=frozenset(args.allow_device), force=args.force)
-        if args.resume is not None:
-            experiment = Experiment.resume(store, executor, args.resume)
-        else:
-            assert plan is not None
-            experiment = Experiment(plan, store, executor)
-        if not _run_interruptibly(experiment, scratch, warnings + noise, noise, quiet=args.quiet):
-            return 130
-        if not args.quiet:
-            for part in text_report.build(reports.gather(store, experiment.id)):  # type: ignore[arg-type]
-                out.print(part)
-        console.print(f"experiment {experiment.id} stored in {args.db}")
-        return 0
-    finally:
-        scratch.tidy()
-        scratch.unlock()
+    return plan
+
+
+def _say(line: str) -> None:
+    """A line the session reports (recovered leftovers, an upgraded store), never as markup."""
+    console.print(escape(line))
 
 
 def _open_for_writing(db: Location, *, create: bool = True) -> Store:
     """The store for run and clean; when an older one was upgraded, the user is told so."""
     store = Store(db, create=create)
-    if store.upgraded is not None:
-        console.print(escape(_upgraded_line(store)))
+    if line := store.upgrade_line():
+        _say(line)
     return store
 
 
-def _upgraded_line(store: Store) -> str:
-    assert store.upgraded is not None
-    upgrade = store.upgraded
-    line = f"{store.location}: upgraded from {upgrade.before} to {upgrade.after}"
-    if upgrade.backup is None:
-        return line + " in one transaction"
-    return line + f"; the file as it was is kept in {upgrade.backup}"
-
-
-def _recovered(scratch: Scratch) -> bool:
-    """Clean what an earlier run left; False (with one line each) if something stays."""
-    recovery = scratch.clean()
-    for line in recovery.removed:
-        console.print(f"recovered from an earlier run: {line}")
-    for line in recovery.problems:
-        print(f"layerbench: cannot remove what an earlier run left: {line}", file=sys.stderr)
-    return not recovery.problems
-
-
-def _run_interruptibly(
-    experiment: Experiment, scratch: Scratch, warnings: list[str], noise: list[str], *, quiet: bool
-) -> bool:
-    """The experiment to its end; False if a signal stopped it (everything torn down)."""
-    with _interruptible(scratch):
-        try:
-            experiment.prepare(warnings)
-            for line in noise:
-                console.print(f"[yellow]{escape(line)}[/yellow]")
-            scratch.describe_holder(f"layerbench run {experiment.plan.source}, experiment {experiment.id}")
-            _run_with_progress(experiment, quiet=quiet)
-        except KeyboardInterrupt:
-            console.print(
-                f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
-                "its finished runs; everything built was torn down"
-            )
-            return False
-        except StoreLost as lost:
-            if experiment.id is None:
-                raise
-            # Stores are only written between trials, so the stack is already down here.
-            lost.args = (
-                f"{lost.args[0]}; experiment {experiment.id} keeps the runs stored before, "
-                "everything built was torn down; once the store is back, "
-                f"`layerbench run --resume {experiment.id}` with the same --db completes it",
-            )
+def _run_interruptibly(session: Session, plan: Plan | None, args: argparse.Namespace) -> Experiment | None:
+    """The experiment (new, or the one to resume) to its end; None if a signal stopped it
+    (everything torn down)."""
+    assert session.store is not None
+    if args.resume is not None:
+        experiment = Experiment.resume(session.store, session.executor, args.resume)
+    else:
+        assert plan is not None
+        experiment = Experiment(plan, session.store, session.executor)
+    # Stored with the experiment; printed once the input is known good (bad input: one line).
+    noise = doctor.warnings_before_run(args.scratch, plan)
+    try:
+        experiment.prepare(session.warnings + noise)
+        for line in noise:
+            console.print(f"[yellow]{escape(line)}[/yellow]")
+        description = f"layerbench run {experiment.plan.source}, experiment {experiment.id}"
+        session.scratch.describe_holder(description)
+        _run_with_progress(experiment, quiet=args.quiet)
+    except KeyboardInterrupt:
+        console.print(
+            f"[yellow]interrupted[/yellow]: experiment {experiment.id} keeps "
+            "its finished runs; everything built was torn down"
+        )
+        return None
+    except StoreLost as lost:
+        if experiment.id is None:
             raise
-    return True
+        # Stores are only written between trials, so the stack is already down here.
+        lost.args = (
+            f"{lost.args[0]}; experiment {experiment.id} keeps the runs stored before, "
+            "everything built was torn down; once the store is back, "
+            f"`layerbench run --resume {experiment.id}` with the same --db completes it",
+        )
+        raise
+    return experiment
 
 
 def _run_with_progress(experiment: Experiment, *, quiet: bool) -> None:
@@ -660,8 +605,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    if os.geteuid() != 0:
-        raise UserError("layerbench clean needs root to unmount; run it as root")
+    require_root("layerbench clean", "to unmount")
     # First: a --db that is not layerbench's is refused before the scratch root is touched.
     # Clean never makes a store: a missing file or an empty database has nothing to mark.
     try:
@@ -671,12 +615,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if not args.scratch.exists():
         out.print(f"nothing to clean: {args.scratch} does not exist")
         return 0
-    scratch = Scratch(args.scratch)
-    scratch.lock("layerbench clean")
-    try:
+    with Scratch(args.scratch) as scratch:
+        scratch.lock("layerbench clean")
         recovery = scratch.clean()
-    finally:
-        scratch.unlock()
     for line in recovery.removed:
         print(line)  # one line each, never wrapped: scripts read them
     if store is not None:
@@ -695,15 +636,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if store.upgraded is None:
         print(f"{args.db}: already at revision {migrate.head()}, this layerbench's; nothing to do")
     else:
-        print(_upgraded_line(store))
+        print(store.upgrade_line())
     return 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    if os.geteuid() != 0:
-        raise UserError(
-            "layerbench selftest needs root to mount file systems and drop caches; run it as root"
-        )
+    require_root("layerbench selftest")
     try:
         parse_size(args.size)
     except ValueError as exc:

@@ -309,14 +309,11 @@ def _timed_write(path: Path) -> float:
 
 @contextlib.contextmanager
 def _probe_directory(scratch_root: Path) -> Iterator[Path]:
-    scratch = Scratch(scratch_root)
-    scratch.lock("layerbench doctor")
-    try:
+    # Not a run session: a probe only looks, and leaves an earlier run's leftovers to clean.
+    with Scratch(scratch_root) as scratch:
+        scratch.lock("layerbench doctor")
         with scratch.directory("doctor") as directory:
             yield directory
-        scratch.tidy()
-    finally:
-        scratch.unlock()
 
 
 def check_idle_write(scratch_root: Path, idle_s: float = IDLE_S) -> Check:

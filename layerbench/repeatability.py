@@ -6,24 +6,21 @@
 - `selftest --repro`: one small plan twice, back to back, then compare: how many relative
   costs agree, and whether the sentinel moved."""
 
-import contextlib
 import random
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from layerbench import drift, namespace
+from layerbench import drift
 from layerbench.check import Check
 from layerbench.compare import compare, load_side
 from layerbench.executors.base import Setting
-from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
 from layerbench.reports import base as report_data
 from layerbench.schedule import Trial
-from layerbench.scratch import Scratch
-from layerbench.store import Store
+from layerbench.session import Session
+from layerbench.store import Location
 
 AGREEMENT = 0.90  # selftest --repro fails below this share of agreeing relative costs
 SETTLE_ROUNDS = 10
@@ -55,12 +52,14 @@ fsync = true
 """
 
 
-def settle_check(scratch: Scratch, store: Store, *, deleted: str = DELETED, seed: int = 1) -> Check:
+def settle_check(session: Session, *, deleted: str = DELETED, seed: int = 1) -> Check:
     """Each round runs, in random order: a `big` trial (its teardown deletes `deleted`) and
     straight after it the probe on stack after-deletion; a pause as long as that big trial
     and then the probe on stack after-idle. Both probes settle first, as every trial does."""
     plan = parse_plan(settle_plan(deleted), "builtin:selftest-settle")
-    experiment = Experiment(plan, store, LocalExecutor(scratch), seed=seed)
+    store = session.store
+    assert store is not None
+    experiment = Experiment(plan, store, session.executor, seed=seed)
     experiment.prepare([])
     assert experiment.id is not None
     setting = Setting(plan, experiment.workloads, experiment.id)
@@ -133,20 +132,17 @@ size = "4K"
 """
 
 
-def repro_checks(scratch: Scratch, db: Path) -> list[Check]:
+def repro_checks(session: Session) -> list[Check]:
     """The plan twice, then compare B against A."""
+    assert session.store is not None and session.db is not None
     ids = []
     for _ in range(2):
-        store = Store(db)
-        try:
-            experiment = Experiment(
-                parse_plan(repro_plan(), "builtin:selftest-repro"), store, LocalExecutor(scratch)
-            )
-            experiment.prepare([])
-            ids.append(experiment.run())
-        finally:
-            store.close()
-    comparison = compare(load_side(db, ids[0]), load_side(db, ids[1]))
+        experiment = Experiment(
+            parse_plan(repro_plan(), "builtin:selftest-repro"), session.store, session.executor
+        )
+        experiment.prepare([])
+        ids.append(experiment.run())
+    comparison = compare(load_side(session.db, ids[0]), load_side(session.db, ids[1]))
     agree, compared = comparison.agreeing()
     moved = drift.moved(comparison.drift.sentinel_moves)
     sentinel = (
@@ -179,23 +175,13 @@ def repro_checks(scratch: Scratch, db: Path) -> list[Check]:
     ]
 
 
-def selftest_repro(scratch_root: Path, db: Path | None, *, report: Callable[[Check], None]) -> list[Check]:
+def selftest_repro(
+    scratch_root: Path, db: Location | None, *, report: Callable[[Check], None]
+) -> list[Check]:
     """`selftest --repro`: the repro checks, each handed to report as it is decided."""
-    namespace.enter_private_mount_namespace()
-    scratch = Scratch(scratch_root)
-    scratch.lock("layerbench selftest --repro")
-    try:
-        scratch.clean()
-        with contextlib.ExitStack() as stack:
-            if db is None:
-                db = (
-                    Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="layerbench-repro-")))
-                    / "repro.db"
-                )
-            checks = repro_checks(scratch, db)
-    finally:
-        scratch.tidy()
-        scratch.unlock()
+    # Without --db the experiments go to a store that is removed with the session.
+    with Session(scratch_root, "layerbench selftest --repro", db=db) as session:
+        checks = repro_checks(session)
     for check in checks:
         report(check)
     return checks

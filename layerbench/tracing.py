@@ -131,11 +131,10 @@ def block_trace(scratch: Scratch, workdir: Path) -> Iterator[Trace]:
         return
     script, output = workdir / "block.bt", workdir / "block.json"
     script.write_text(_SCRIPT)
-    started: list[subprocess.Popen[bytes]] = []
 
-    def start() -> int:
+    def start() -> subprocess.Popen[bytes]:
         with open(workdir / "bpftrace.err", "wb") as errors:
-            child = subprocess.Popen(
+            return subprocess.Popen(
                 [program(), "-f", "json", "-o", str(output), str(script)],
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
@@ -143,11 +142,8 @@ def block_trace(scratch: Scratch, workdir: Path) -> Iterator[Trace]:
                 stderr=errors,
                 start_new_session=True,
             )
-        started.append(child)
-        return child.pid
 
-    with scratch.process(start, "bpftrace block trace", named=script):
-        child = started[0]
+    with scratch.process(start, "bpftrace block trace", named=script) as child:
         try:
             if not _attached(child, output):
                 trace.missing = f"bpftrace did not attach: {_last_error(workdir)}"

@@ -17,23 +17,18 @@
 `layerbench selftest` runs these and prints each check with its figure and PASS/FAIL.
 """
 
-import contextlib
 import math
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from layerbench import namespace, repeatability, sequential_check, stats
+from layerbench import repeatability, sequential_check, stats
 from layerbench.check import Check
-from layerbench.executors.local import LocalExecutor
-from layerbench.experiment import Experiment
-from layerbench.plan import parse_plan
 from layerbench.reports import base as reports
-from layerbench.scratch import Scratch
-from layerbench.store import Store
+from layerbench.session import Session
+from layerbench.store import Location
 
 DEFAULT_REPS = 5  # the plan's default; the checks use what a user gets
 THROTTLE_BPS = 100_000_000
@@ -336,15 +331,6 @@ def sensitivity_simulated(experiments: int) -> Check:
 # ---- on real runs -----------------------------------------------------------------------
 
 
-def run_plan(text: str, scratch: Scratch, store: Store) -> reports.ReportData:
-    """One experiment, start to end, as `layerbench run` does it (without the report)."""
-    experiment = Experiment(parse_plan(text, "builtin:selftest"), store, LocalExecutor(scratch))
-    experiment.prepare([])
-    experiment.run()
-    assert experiment.id is not None
-    return reports.gather(store, experiment.id)
-
-
 def known_effect_checks(data: reports.ReportData) -> list[Check]:
     throttled = data.summary("throttled-100", "write", "throughput")
     wall = data.summary("throttled-100", "write", "wall_s")
@@ -395,26 +381,9 @@ def aa_real_check(data: reports.ReportData) -> Check:
     )
 
 
-@contextlib.contextmanager
-def _store(db: Path | None) -> Iterator[Store]:
-    if db is not None:
-        store = Store(db)
-        try:
-            yield store
-        finally:
-            store.close()
-        return
-    with tempfile.TemporaryDirectory(prefix="layerbench-selftest-") as directory:
-        store = Store(Path(directory) / "selftest.db")
-        try:
-            yield store
-        finally:
-            store.close()
-
-
 def selftest(
     scratch_root: Path,
-    db: Path | None,
+    db: Location | None,
     *,
     report: Callable[[Check], None],
     size: str = "512M",
@@ -430,17 +399,10 @@ def selftest(
     for check in calibration_checks(simulations):
         decided(check)
     decided(sensitivity_simulated(400))
-    namespace.enter_private_mount_namespace()
-    scratch = Scratch(scratch_root)
-    scratch.lock("layerbench selftest")
-    try:
-        scratch.clean()
-        with _store(db) as store:
-            decided(aa_real_check(run_plan(aa_plan(), scratch, store)))
-            decided(repeatability.settle_check(scratch, store))
-            for check in known_effect_checks(run_plan(known_effect_plan(size), scratch, store)):
-                decided(check)
-    finally:
-        scratch.tidy()
-        scratch.unlock()
+    # Without --db the experiments go to a store that is removed with the session.
+    with Session(scratch_root, "layerbench selftest", db=db) as session:
+        decided(aa_real_check(session.run_plan(aa_plan())))
+        decided(repeatability.settle_check(session))
+        for check in known_effect_checks(session.run_plan(known_effect_plan(size))):
+            decided(check)
     return checks

@@ -1,4 +1,4 @@
-"""The command line's signal handling, in process."""
+"""The command line's signal handling (the session's two-stage stop), in process."""
 
 import os
 import signal
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from layerbench import cli
+from layerbench import cli, session
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -32,7 +32,8 @@ def test_a_second_signal_hurries_without_touching_rich(
     # rich's own print or one of its lazy imports: its handler must not re-enter rich.
     scratch = SimpleNamespace(hurry=False)
     monkeypatch.setattr(cli.console, "print", _refuse)
-    with pytest.raises(KeyboardInterrupt), cli._interruptible(scratch):  # type: ignore[arg-type]
+    hurry = lambda: setattr(scratch, "hurry", True)  # noqa: E731
+    with pytest.raises(KeyboardInterrupt), session.stopping_on_signals(hurry):
         try:
             os.kill(os.getpid(), signal.SIGINT)  # its handler runs as the call returns
             raise AssertionError("the first signal did not interrupt")
@@ -47,6 +48,6 @@ def test_a_second_signal_hurries_without_touching_rich(
 
 def test_no_signal_leaves_the_handlers_as_they_were(saved_handlers: None) -> None:
     before = {s: signal.getsignal(s) for s in STOPPING}
-    with cli._interruptible(SimpleNamespace(hurry=False)):  # type: ignore[arg-type]
+    with session.stopping_on_signals(lambda: None):
         assert all(signal.getsignal(s) is not before[s] for s in STOPPING)
     assert {s: signal.getsignal(s) for s in STOPPING} == before

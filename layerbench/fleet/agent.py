@@ -22,40 +22,20 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any, BinaryIO
 
-from layerbench import namespace
 from layerbench.errors import UserError
 from layerbench.executors.base import Setting
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import make_workloads
 from layerbench.fleet.requests import Answer, PlanSource, Request
 from layerbench.plan import Plan
-from layerbench.scratch import Scratch
+from layerbench.session import MountNamespace, Session
 from layerbench.workloads.base import Workload
 
 # An agent whose experiment just ended may still be tearing its last trial down (the head
 # died, and a new one resumes at once): the next one waits this long for the lock.
 LOCK_WAIT_S = 60.0
-
-
-def _stop_on_signals(scratch: Scratch) -> None:
-    count = 0
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal count
-        count += 1
-        if count == 1:
-            raise KeyboardInterrupt
-        scratch.hurry = True
-
-    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    for signum in stops:
-        signal.signal(signum, handler)
-    # A Ray worker blocks SIGINT, and a blocked signal stays blocked across fork and exec:
-    # without this the agent would never see one (nor would the commands it starts).
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
 
 def _watch_parent(parent: int) -> None:
@@ -69,23 +49,11 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _lock(scratch: Scratch, holder: str) -> None:
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            scratch.lock(holder)
-            return
-        except UserError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-
-
 class Agent:
     """What stays from one request to the next: the executor, and each plan once checked."""
 
-    def __init__(self, scratch: Scratch) -> None:
-        self.executor = LocalExecutor(scratch)
+    def __init__(self, executor: LocalExecutor) -> None:
+        self.executor = executor
         self.checked: dict[PlanSource, tuple[Plan, dict[str, Workload]]] = {}
 
     def _checked(self, source: PlanSource) -> tuple[Plan, dict[str, Workload]]:
@@ -120,23 +88,11 @@ def _send(answers: BinaryIO, answer: Answer) -> None:
         answers.flush()
 
 
-def serve_requests(scratch: Scratch, host: str, requests: BinaryIO, answers: BinaryIO) -> None:
-    """Ready (or why not), then one answer per request until stdin closes or a signal stops it."""
-    if os.geteuid() != 0:
-        refusal = "the host's agent runs as a user, not root: start `layerbench host join` as root"
-        _send(answers, Answer(False, error=refusal))
-        return
+def serve_requests(session: Session, requests: BinaryIO, answers: BinaryIO) -> None:
+    """Ready, then one answer per request until stdin closes or a signal stops it."""
+    agent = Agent(session.executor)
+    _send(answers, Answer(True))
     try:
-        _lock(scratch, f"layerbench fleet host {host}")
-    except UserError as exc:
-        _send(answers, Answer(False, error=str(exc)))
-        return
-    try:
-        for problem in scratch.clean().problems:
-            _send(answers, Answer(False, error=f"cannot remove what an earlier run left: {problem}"))
-            return
-        agent = Agent(scratch)
-        _send(answers, Answer(True))
         while True:
             try:
                 request: Request = pickle.load(requests)
@@ -149,9 +105,6 @@ def serve_requests(scratch: Scratch, host: str, requests: BinaryIO, answers: Bin
             _send(answers, answer)
     except KeyboardInterrupt:
         _send(answers, Answer(False, error="stopped; everything built was torn down"))
-    finally:
-        scratch.tidy()
-        scratch.unlock()
 
 
 def _die_with_parent(signum: int) -> None:
@@ -188,15 +141,24 @@ def main() -> int:
     # The answers go to the real stdout; anything else printed goes to stderr (the actor's log).
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    # Before any thread starts: a mount namespace needs a single-threaded process.
-    if reason := namespace.enter_private_mount_namespace():
-        _send(answers, Answer(False, error=f"no private mount namespace: {reason}"))
-        return 0
-    _watch_parent(guard)
-    scratch = Scratch(args.scratch)
-    _stop_on_signals(scratch)
-    with contextlib.suppress(KeyboardInterrupt):  # a signal before the loop: nothing was built yet
-        serve_requests(scratch, args.host, sys.stdin.buffer, answers)
+    session = Session(
+        args.scratch,
+        f"layerbench fleet host {args.host}",
+        with_store=False,
+        mounts=MountNamespace.PRIVATE,
+        lock_wait_s=LOCK_WAIT_S,
+        root_hint="start `layerbench host join` as root",
+    )
+    try:
+        # The session enters the mount namespace, which needs a single-threaded process:
+        # the watching thread starts once inside.
+        with session:
+            _watch_parent(guard)
+            serve_requests(session, sys.stdin.buffer, answers)
+    except UserError as exc:  # not root, no namespace, the lock held, leftovers that stay
+        _send(answers, Answer(False, error=str(exc)))
+    except KeyboardInterrupt:  # a signal before the loop: nothing was built yet
+        pass
     with contextlib.suppress(BrokenPipeError):
         answers.close()
     return 0

@@ -311,16 +311,14 @@ class GuestTrial:
         """Boot the guest (a journaled helper), let it prepare, then time its run from here."""
         share = self.spec.share
         argv = command(self.spec, self.guest)
-        holder: dict[str, subprocess.Popen[bytes]] = {}
 
-        def launch() -> int:
-            holder["qemu"] = start(argv, self.spec.console.with_name("qemu.log"))
-            return holder["qemu"].pid
+        def launch() -> subprocess.Popen[bytes]:
+            return start(argv, self.spec.console.with_name("qemu.log"))
 
         with self.scratch.process(
             launch, f"qemu guest {self.spec.disk_image}", named=self.spec.disk_image
-        ) as pid:
-            qemu = holder["qemu"]
+        ) as qemu:
+            pid = qemu.pid
             boot_started = time.monotonic()
             self._wait_for(share / "ready", qemu, _READY_SECONDS, "get ready")
             booted_s = time.monotonic() - boot_started

@@ -4,6 +4,7 @@ managers through which every resource of a run is made (journaled before it exis
 import contextlib
 import fcntl
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -16,7 +17,10 @@ from layerbench.scratch.policy import MARKER, check_root, inside
 
 
 class Scratch:
-    """An opened scratch root: holds the lock while a run or clean uses it."""
+    """An opened scratch root: holds the lock while a run or clean uses it.
+
+    As a context manager: on the way out, tidied and unlocked, if this process locked it
+    (one that could not take the lock leaves another process's journal alone)."""
 
     def __init__(self, root: Path) -> None:
         self.root = check_root(root)
@@ -27,7 +31,21 @@ class Scratch:
         self._lock_handle: TextIO | None = None
         self._dir_idents: dict[str, int] = {}
 
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.locked:
+            try:
+                self.tidy()
+            finally:
+                self.unlock()
+
     # -- lock
+    @property
+    def locked(self) -> bool:
+        return self._lock_handle is not None
+
     def lock(self, what: str) -> None:
         """Take the root for this process; what says who holds it, for a refused second run."""
         handle = open(self.root / "lock", "a+")  # noqa: SIM115 - held for the run's lifetime
@@ -117,21 +135,24 @@ class Scratch:
             self.journal.done(ident)
 
     @contextlib.contextmanager
-    def process(self, start: Callable[[], int], label: str, *, named: Path) -> Iterator[int]:
-        """A helper daemon: start() returns its pid; it is stopped on the way out.
+    def process(
+        self, start: Callable[[], "subprocess.Popen[bytes]"], label: str, *, named: Path
+    ) -> Iterator["subprocess.Popen[bytes]"]:
+        """A helper daemon: start() starts it and returns it; it is stopped on the way out.
 
         named is a path in this root that the daemon's command line carries: a kill between
         the start and the pid reaching the journal still leaves clean a way to find it."""
         if not named.is_relative_to(self.root):
             raise SetupError(f"a helper process must name a path in {self.root}, not {named}")
         ident = self.journal.add("process", label, named=str(named))
-        pid = start()
+        child = start()
         try:  # from here on, whatever happens stops it (a signal at the next line too)
             failpoints.reached("helper-started")  # started, its pid not yet journaled
-            self.journal.update(ident, pid=pid, start_time=procfs.start_time(pid))
-            yield pid
+            self.journal.update(ident, pid=child.pid, start_time=procfs.start_time(child.pid))
+            yield child
         finally:
-            resources.stop_process(pid, None, hurry=self.hurry)
+            resources.stop_process(child.pid, None, hurry=self.hurry)
+            child.poll()  # reaped above; lets the Popen know, so that it never waits for it
             self.journal.done(ident)
 
     @contextlib.contextmanager

@@ -111,31 +111,23 @@ class FuseDaemonLayer(Layer[OptionsT]):
         name = self.daemon_name
         log = ctx.workdir / f"L{self.index}-{name}.log"
         argv = self.daemon_argv(below.path, target)
-        daemon: subprocess.Popen[bytes] | None = None
 
-        def start() -> int:
-            nonlocal daemon
+        def start() -> subprocess.Popen[bytes]:
             with open(log, "wb") as handle:
                 # Its own session: a Ctrl-C at the terminal reaches layerbench, which
                 # unmounts and stops the daemon in order, not the daemon first.
-                daemon = subprocess.Popen(
+                return subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True
                 )
-            return daemon.pid
 
-        try:
-            # Exits inside out: unmount while the daemon still serves, then stop it.
-            with (
-                ctx.scratch.process(start, f"{name} {target}", named=target) as pid,
-                _journaled_mount(ctx.scratch, target),
-            ):
-                assert daemon is not None
-                entry = _wait_until_mounted(target, daemon, log, name)
-                line = f"{entry.line()} [{name} pid {pid}: {' '.join(argv)}]"
-                yield Exposed(path=target, mount_lines=[line], helper_pids=[pid], fs_size=below.fs_size)
-        finally:
-            if daemon is not None:
-                daemon.poll()  # already reaped by the scratch root; lets Popen know
+        # Exits inside out: unmount while the daemon still serves, then stop it.
+        with (
+            ctx.scratch.process(start, f"{name} {target}", named=target) as daemon,
+            _journaled_mount(ctx.scratch, target),
+        ):
+            entry = _wait_until_mounted(target, daemon, log, name)
+            line = f"{entry.line()} [{name} pid {daemon.pid}: {' '.join(argv)}]"
+            yield Exposed(path=target, mount_lines=[line], helper_pids=[daemon.pid], fs_size=below.fs_size)
 
 
 @register

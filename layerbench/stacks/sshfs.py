@@ -175,15 +175,10 @@ class SshfsLayer(FuseDaemonLayer[SshfsOptions]):
             # separation directory as the daemon will: in the same namespace.
             system.run(_with_own_run([SSHD, "-t", "-f", str(config)]))
             argv = _with_own_run([SSHD, "-D", "-e", "-f", str(config)])
-            started: list[subprocess.Popen[bytes]] = []
-            try:
-                with ctx.scratch.process(_starter(argv, log, started), f"sshd {config}", named=config) as pid:
-                    if _wait_listening(port, started[0]):
-                        yield port, pid
-                        return
-            finally:
-                for daemon in started:
-                    daemon.poll()  # reaped by the scratch root already; lets Popen know
+            with ctx.scratch.process(_starter(argv, log), f"sshd {config}", named=config) as daemon:
+                if _wait_listening(port, daemon):
+                    yield port, daemon.pid
+                    return
             said = log.read_text(errors="replace").strip()
             if "Address already in use" not in said:
                 raise SetupError(f"sshd did not start: {said.splitlines()[-1] if said else 'no output'}")
@@ -200,17 +195,14 @@ def _with_own_run(command: list[str]) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
 
 
-def _starter(argv: list[str], log: Path, started: list[subprocess.Popen[bytes]]) -> Callable[[], int]:
-    def start() -> int:
+def _starter(argv: list[str], log: Path) -> Callable[[], subprocess.Popen[bytes]]:
+    def start() -> subprocess.Popen[bytes]:
         with open(log, "wb") as handle:
             # Its own session: a Ctrl-C at the terminal reaches layerbench, which stops the
             # daemons in order.
-            started.append(
-                subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True
-                )
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True
             )
-        return started[-1].pid
 
     return start
 

@@ -305,6 +305,22 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def upgrade_line(self) -> str | None:
+        """What opening an older store did to it, in one line; None if it was current."""
+        upgrade = self.upgraded
+        if upgrade is None:
+            return None
+        line = f"{self.location}: upgraded from {upgrade.before} to {upgrade.after}"
+        if upgrade.backup is None:
+            return line + " in one transaction"
+        return line + f"; the file as it was is kept in {upgrade.backup}"
+
     @contextmanager
     def _connection(self, *, transaction: bool) -> Iterator[Connection]:
         """A connection of the open store (in one transaction, committed at the end of the

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from helpers import REPO, TEST_ROOT, cli, drawn_figures, one_line_error
 
+from layerbench.executors.local import LocalExecutor
 from layerbench.reports.base import render
 from layerbench.scratch import Scratch
+from layerbench.session import run_plan
 from layerbench.stacks.base import LAYER_KINDS, register
 from layerbench.stacks.fuse import FuseLayer
 from layerbench.store import Store
-from layerbench.validity import run_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -189,13 +190,9 @@ def refusing_layer() -> Iterator[None]:
 def test_odirect_refused_runs_buffered_fails_or_skips(
     needs_root: None, refusing_layer: None, scratch_root: Path, tmp_path: Path, mode: str
 ) -> None:
-    scratch = Scratch(scratch_root)
-    store = Store(tmp_path / "r.db")
-    try:
-        data = run_plan(NO_DIRECT_PLAN.format(mode=mode), scratch, store)
-    finally:
-        store.close()
-        scratch.tidy()
+    with Scratch(scratch_root) as scratch, Store(tmp_path / "r.db") as store:
+        scratch.lock("the test")
+        data = run_plan(NO_DIRECT_PLAN.format(mode=mode), store, LocalExecutor(scratch))
     runs = data.runs
     assert len(runs) == 2
     if mode == "buffered":
