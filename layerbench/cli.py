@@ -25,7 +25,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
+from layerbench import (
+    __version__,
+    cli_browse,
+    doctor,
+    expansion,
+    footprint,
+    namespace,
+    repeatability,
+    validity,
+)
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
@@ -200,6 +209,7 @@ def _parser() -> argparse.ArgumentParser:
         "migrate", help="upgrade a results file of an older layerbench (an SQLite file after a backup)"
     )
     migrating.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
+    cli_browse.add_parsers(commands, DEFAULT_DB, DB_HELP)
     return parser
 
 
@@ -725,6 +735,8 @@ COMMANDS = {
     "selftest": cmd_selftest,
     "host": cmd_host,
     "migrate": cmd_migrate,
+    "serve": cli_browse.cmd_serve,
+    "trend": cli_browse.cmd_trend,
 }
 
 

@@ -130,7 +130,9 @@ class Trend:
             return stack in (None, series.stack) and workload in (None, series.workload)
 
         return Trend(
-            self.plan, [s for s in self.series if kept(s)], [s for s in self.steps if kept(s.series)],
+            self.plan,
+            [s for s in self.series if kept(s)],
+            [s for s in self.steps if kept(s.series)],
             self.proposals,
         )
 
