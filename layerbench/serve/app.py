@@ -88,7 +88,10 @@ def _page(templates: Jinja2Templates, view: View, request: Request) -> Response:
     query = f"?{request.url.query}" if request.url.query else ""
     exports = {f: f"{request.url.path}.{f}{query}" for f in ("csv", "json")}
     context = {"view": view, "tables": view.tables, "exports": exports, **view.context}
-    return templates.TemplateResponse(request, view.template, context)
+    # Not kept for the back button: a page shows what its URL says, never controls left
+    # as they were before a filter was applied, nor an experiment as it was while it ran.
+    headers = {"cache-control": "no-store"}
+    return templates.TemplateResponse(request, view.template, context, headers=headers)
 
 
 Handler = Callable[[Request], View]
