@@ -3,6 +3,7 @@ chromium-driver) driven by Selenium, against a server started on a throw-away SQ
 written by the fake executor, on 127.0.0.1 and a free port. `layerbench trend` on the same
 stores."""
 
+import contextlib
 import csv
 import hashlib
 import http.client
@@ -70,25 +71,25 @@ class KernelExecutor(FakeExecutor):
         return super().host() | {"kernel": self.kernel}
 
 
-def _build(path: Path, *, step: bool) -> Path:
-    """EXPERIMENTS experiments of plan "trendy" (stack slow x1.10 of base; with step, x1.40
+def _build(where: "Path | str", *, step: bool, experiments: int = EXPERIMENTS) -> "Path | str":
+    """experiments experiments of plan "trendy" (stack slow x1.10 of base; with step, x1.40
     from experiment STEP_FROM + 1 on, on a new kernel), then one of plan "other"."""
-    store = Store(path)
+    store = Store(where)
     rng = np.random.default_rng(7)
-    for index in range(EXPERIMENTS + 1):
+    for index in range(experiments + 1):
         stepped = step and index >= STEP_FROM
 
         def script(trial: Trial, stepped: bool = stepped) -> dict[str, float]:
             effect = {"base": 1.0, "same": 1.0, "slow": 1.4 if stepped else 1.1}[trial.stack]
             return {"wall_s": effect * math.exp(rng.normal(0, 0.02)), "user_s": 0.1, "sys_s": 0.2}
 
-        name = "trendy" if index < EXPERIMENTS else "other"
+        name = "trendy" if index < experiments else "other"
         executor = KernelExecutor(script, "6.2" if stepped else "6.1")
         experiment = Experiment(parse_plan(PLAN.format(name=name), "plan.toml"), store, executor, seed=index)
         experiment.prepare([])
         experiment.run()
     store.close()
-    return path
+    return where
 
 
 def _digest(path: Path) -> str:
@@ -100,7 +101,9 @@ def stores() -> Iterator[dict[str, Path]]:
     root = TEST_ROOT / "serve"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    yield {"stepped": _build(root / "stepped.db", step=True), "flat": _build(root / "flat.db", step=False)}
+    stepped, flat = _build(root / "stepped.db", step=True), _build(root / "flat.db", step=False)
+    assert isinstance(stepped, Path) and isinstance(flat, Path)
+    yield {"stepped": stepped, "flat": flat}
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -110,29 +113,37 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(stores: dict[str, Path]) -> Iterator[dict[str, Any]]:
-    """`layerbench serve` on the stepped store; stopped at the end, whatever happened."""
-    before = _digest(stores["stepped"])
+@contextlib.contextmanager
+def _serving(where: str) -> Iterator[tuple[int, subprocess.Popen[str], list[str]]]:
+    """`layerbench serve --db where` on a free port of 127.0.0.1; stopped at the end, whatever happened."""
     port = _free_port()
     child = subprocess.Popen(
-        [sys.executable, "-m", "layerbench", "serve", "--db", str(stores["stepped"]), "--port", str(port)],
+        [sys.executable, "-m", "layerbench", "serve", "--db", where, "--port", str(port)],
         cwd=REPO,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    said: list[str] = []  # what it printed, once stopped
     try:
         _wait_listening(port, child)
-        yield {"base": f"http://127.0.0.1:{port}", "port": port, "digest": before, "child": child}
+        yield port, child, said
     finally:
         child.terminate()
         try:
-            child.communicate(timeout=10)
+            said += child.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             child.kill()
-            child.communicate()
+            said += child.communicate()
+
+
+@pytest.fixture(scope="module")
+def server(stores: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    """The browser on the stepped store, and the store's digest before it started."""
+    before = _digest(stores["stepped"])
+    with _serving(str(stores["stepped"])) as (port, child, _):
+        yield {"base": f"http://127.0.0.1:{port}", "port": port, "digest": before, "child": child}
 
 
 def _wait_listening(port: int, child: subprocess.Popen[str]) -> None:
@@ -380,3 +391,16 @@ def test_only_a_bind_beyond_loopback_says_what_it_exposes() -> None:
     assert exposure("::1", 8000, location) is None
     line = exposure("0.0.0.0", 8000, location)
     assert line is not None and "s3cret" not in line and "db.example" in line
+
+
+def test_a_postgresql_store_is_browsed_and_its_password_never_shown(postgres_cluster: Any) -> None:
+    url = postgres_cluster.create_database("serve_browse")
+    with_password = url.replace("postgresql://postgres@", "postgresql://postgres:s3cret-word@")
+    _build(with_password, step=False, experiments=2)
+    with _serving(with_password) as (port, _, said):
+        for path, expected in (("/experiments", 200), ("/experiments/1", 200), ("/experiments/9", 404)):
+            status, _, body = _get(port, path)
+            assert status == expected, path
+            assert "s3cret-word" not in body and "serve_browse" in body
+        assert _get(port, "/trends?plan=trendy")[0] == 200
+    assert "s3cret-word" not in "".join(said) and "serve_browse" in "".join(said)
