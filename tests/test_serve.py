@@ -364,6 +364,7 @@ def test_the_planted_step_is_found_once_in_the_browser(browser: Any, server: dic
     _open(browser, server, "/trends?plan=trendy")
     marked = [r for r in _table(browser, "points") if r[-1] == "step"]
     assert [(r[1], r[3]) for r in marked] == [("slow", "7")]
+    assert [(r[2], r[5], r[10]) for r in _table(browser, "steps")] == [("slow", "7", "open regression")]
     _drain(browser)
 
 

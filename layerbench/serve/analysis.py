@@ -73,7 +73,7 @@ def trend_view(browser: Browser, query: QueryParams) -> View:
     points = Table("points", ["host", "stack", "workload", "experiment", "started", "ratio", "step"])
     context: dict[str, Any] = {"found": found, "plans": trends.plans(browser.store), "series": []}
     if plan is None:
-        return View("trends.html", "trends", [points, _steps_table([])], context)
+        return View("trends.html", "trends", [points, _steps_table([], [])], context)
     whole = plan_trend(browser, plan)
     stack = checks.one_of(found, "stack", {s.stack for s in whole.series})
     workload = checks.one_of(found, "workload", {s.workload for s in whole.series})
@@ -107,14 +107,15 @@ def trend_view(browser: Browser, query: QueryParams) -> View:
         },
         "proposals": whole.proposals,
     }
-    return View("trends.html", f"trends of {plan}", [points, _steps_table(steps)], context)
+    table = _steps_table(steps, whole.open_regressions())
+    return View("trends.html", f"trends of {plan}", [points, table], context)
 
 
 def _series_query(plan: str, series: trends.Series) -> dict[str, str]:
     return {"plan": plan, "host": series.host, "stack": series.stack, "workload": series.workload}
 
 
-def _steps_table(steps: list[trends.Step]) -> Table:
+def _steps_table(steps: list[trends.Step], opened: list[trends.Step]) -> Table:
     table = Table(
         "steps",
         [
@@ -147,7 +148,7 @@ def _steps_table(steps: list[trends.Step]) -> Table:
                 fmt_level(step.row.ratio_ci_level),
                 fmt_p(step.row),
                 step.row.decision,
-                "",
+                "open regression" if any(step is o for o in opened) else "",
                 changed,
             ],
             {
@@ -164,14 +165,12 @@ def regressions(browser: Browser, query: QueryParams) -> View:
     found = checks.filters(query, ("plan",))
     plan = _plan(browser, found)
     every: list[trends.Step] = []
-    opened: set[int] = set()
+    opened: list[trends.Step] = []
     for name in [plan] if plan else trends.plans(browser.store):
         whole = plan_trend(browser, name)
         every += whole.real_steps()
-        opened |= {id(s) for s in whole.open_regressions()}
-    table = _steps_table(every)
-    for row, step in zip(table.rows, every, strict=True):
-        row[10] = "open regression" if id(step) in opened else ""
+        opened += whole.open_regressions()
+    table = _steps_table(every, opened)
     context = {"found": found, "plans": trends.plans(browser.store), "open": len(opened)}
     return View("regressions.html", "regressions", [table], context)
 
