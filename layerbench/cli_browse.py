@@ -4,6 +4,7 @@ results browser) and `trend` (a plan's steps on the command line, for CI)."""
 import argparse
 import ipaddress
 import json
+import socket
 import sys
 from typing import Any
 
@@ -53,12 +54,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: a port from 1 to 65535")
     app = create_app(args.db)  # a missing or foreign store: one line, before listening
+    _check_free(args.bind, args.port)
     if line := exposure(args.bind, args.port, args.db):
         print(line, file=sys.stderr)
     host = f"[{args.bind}]" if ":" in args.bind else args.bind
     print(f"layerbench serve: {args.db} at http://{host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(app, host=args.bind, port=args.port, log_level="warning", server_header=False)
     return 0
+
+
+def _check_free(bind: str, port: int) -> None:
+    """A port in use or an address not on this machine is one line, not the server's log."""
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((bind, port))
+    except OSError as exc:
+        raise UserError(f"--bind {bind} --port {port}: cannot listen there ({exc.strerror})") from None
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
@@ -117,6 +130,8 @@ def text(shown: Any, proposals: int, regressions: list[Any]) -> str:
         series = step.series
         state = "  OPEN REGRESSION" if step in regressions else ""
         changed = "; ".join(f"{k}: {a} -> {b}" for k, a, b in step.changed[:5]) or "no host fact"
+        if len(step.changed) > 5:
+            changed += f" and {len(step.changed) - 5} more (--format json has them)"
         lines.append(
             f"  {series.stack} x {series.workload} on {series.host}: from experiment {step.after.experiment} "
             f"(after {step.before.experiment}) {fmt_ratio(step.row)} {step.row.decision} "

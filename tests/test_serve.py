@@ -348,6 +348,8 @@ def test_hostile_ids_and_filters_are_404_or_400_and_change_nothing(server: dict[
         assert status == expected, path[:80]
         assert "default-src 'self'" in headers["content-security-policy"]
         assert "Traceback" not in body and "sqlalchemy" not in body.lower()
+    for path in ("/experiments.csv", "/experiments/7/ratios.svg", "/static/style.css", "/nowhere"):
+        assert "default-src 'self'" in _get(server["port"], path)[1]["content-security-policy"], path
     assert _get(server["port"], "/experiments", "POST")[0] == 405
     assert _get(server["port"], "/experiments/7", "DELETE")[0] == 405
     assert server["child"].poll() is None
@@ -384,6 +386,15 @@ def test_the_store_is_byte_for_byte_unchanged_after_every_request(
     stores: dict[str, Path], server: dict[str, Any]
 ) -> None:
     assert _digest(stores["stepped"]) == server["digest"]
+
+
+def test_serve_refuses_a_port_in_use_in_one_line(stores: dict[str, Path]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli("serve", "--db", str(stores["flat"]), "--port", str(port), timeout=60)
+    assert done.returncode == 2 and "cannot listen there" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_only_a_bind_beyond_loopback_says_what_it_exposes() -> None:
