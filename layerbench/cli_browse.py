@@ -123,7 +123,7 @@ def text(shown: Any, proposals: int, regressions: list[Any]) -> str:
 
     lines = [
         f"plan {shown.plan}: {len(shown.series)} series; {proposals} change points proposed (PELT), "
-        "each tested against the segment before it, one family; steps:"
+        "tested from the top down at alpha over every place a series could be cut; steps:"
     ]
     steps = shown.real_steps()
     for step in steps:

@@ -6,12 +6,19 @@ baseline, as its report states it (sequential.summaries, the reports' own path).
 costs, not absolute times: a host that got slower for every stack alike moves no ratio.
 
 A step is found in two stages. ruptures' PELT proposes change points on the log ratios
-(cheap, and it over-proposes on purpose: its penalty comes from the series' own noise).
-Each proposal is then tested with the project's statistics: the experiments of the segment
-after it against those of the segment before it (stats.compare_samples: rank-sum or Welch on
-logs, the interval at its real level), all proposals of the plan one family, corrected
-together. Only a significant step is reported; the experiment is the unit, so the runs of one
-experiment never pose as independent evidence.
+(its penalty from the series' own noise). The proposals are then tested with the project's
+statistics, from the top down (binary segmentation): of the proposals inside a range of
+experiments, the one that splits it most clearly is tested, every experiment of the range
+after it against every one before it (stats.compare_samples: rank-sum or Welch on logs, the
+interval at its real level); a real step splits the range and each side is searched again.
+The proposals were chosen where the series moved most, so each test is at alpha divided by
+every place any series of the plan could be cut (Bonferroni over them), and a step must be
+larger than the plan's equivalence margin (5 % at least). The experiment is the unit: the
+runs of one experiment never pose as independent evidence. Simulated (three series per plan,
+each experiment's ratio with its own log-normal noise of 2-10 %, 10 or 20 experiments, 1,000
+plans each): 0-4.2 % of plans without a step showed one; a 1.5x step halfway was found, alone
+and in its place, in 84-100 %. Binary segmentation's blind spot: a step undone a few
+experiments later (a regression, then its fix) may split no range clearly and go unreported.
 
 A regression is open when the last step of a series made the stack slower: nothing since
 has brought it back.
@@ -29,7 +36,7 @@ from layerbench.errors import UserError
 from layerbench.store import Store
 
 METRIC = "wall_s"
-MIN_SEGMENT = 2  # experiments on each side of a proposed step: fewer cannot be tested
+MIN_SEGMENT = 3  # experiments on each side of a proposed step: fewer give no honest test
 FINISHED = "done"
 MARGIN = 0.05  # the least step reported, when the plan's equivalence margin is narrower
 
@@ -185,31 +192,58 @@ def gather(store: Store, plan: str) -> list[Series]:
     return sorted(found.values(), key=lambda s: s.key)
 
 
-def _segments(points: int, cuts: list[int]) -> list[tuple[int, int, int]]:
-    """(start of the segment before, the cut, end of the segment after) for each cut."""
-    edges = [0, *cuts, points]
-    return [(edges[i - 1], edges[i], edges[i + 1]) for i in range(1, len(edges) - 1)]
-
-
 def trend(store: Store, plan: str) -> Trend:
-    """The plan's series and every proposed step, tested as one family."""
+    """The plan's series and every proposed step, tested as one family under the design of
+    the plan's newest experiment; the host facts that changed across each real step."""
     series = gather(store, plan)
-    proposed: list[tuple[Series, int]] = []
-    entries: list[tuple[str, str, list[float], list[float]]] = []
-    for one in series:
-        ratios = [p.ratio for p in one.points]
-        for start, cut, end in _segments(len(ratios), change_points(ratios)):
-            proposed.append((one, cut))
-            entries.append((one.stack, one.workload, ratios[cut:end], ratios[start:cut]))
-    latest = store.experiment(series[-1].points[-1].experiment)["plan"] if series else {}
-    design = stats.Design.of_plan(latest)
-    rows = stats.compare_samples(entries, METRIC, design)
+    newest = max(p.experiment for one in series for p in one.points) if series else None
+    design = stats.Design.of_plan(store.experiment(newest)["plan"] if newest is not None else {})
+    found = find_steps(plan, series, design)
+    for step in found.real_steps():
+        step.changed = _changed(store, step.before.experiment, step.after.experiment)
+    return found
+
+
+def find_steps(plan: str, series: list[Series], design: stats.Design) -> Trend:
+    """PELT's proposals in every series, tested from the top down (see _split), each at alpha
+    over the number of places any series could be cut."""
+    searched = sum(max(0, len(one.points) - 2 * MIN_SEGMENT + 1) for one in series)
+    level = stats.Design(design.alpha / max(searched, 1), "none", design.equivalence, False)
     margin = max(design.equivalence, MARGIN)
-    steps = [Step(one, cut, row, margin) for (one, cut), row in zip(proposed, rows, strict=True)]
-    for step in steps:
-        if step.real:
-            step.changed = _changed(store, step.before.experiment, step.after.experiment)
-    return Trend(plan, series, steps, len(proposed))
+    steps: list[Step] = []
+    proposals = 0
+    for one in series:
+        cuts = change_points([p.ratio for p in one.points])
+        proposals += len(cuts)
+        steps += _split(one, 0, len(one.points), cuts, level, margin)
+    return Trend(plan, series, steps, proposals)
+
+
+def _split(
+    one: Series, low: int, high: int, cuts: list[int], level: stats.Design, margin: float
+) -> list[Step]:
+    """Binary segmentation over PELT's proposals: of those inside [low, high), the one that
+    splits it most clearly (smallest p) is tested, the whole range before it against the whole
+    range after; a real step splits the range, and each side is searched again. The choice
+    among the places of the range is what the Bonferroni level over every place pays for."""
+    inside = [c for c in cuts if low + MIN_SEGMENT <= c <= high - MIN_SEGMENT]
+    if not inside:
+        return []
+    ratios = [p.ratio for p in one.points]
+    tested = [
+        (
+            cut,
+            stats.compare_samples(
+                [(one.stack, one.workload, ratios[cut:high], ratios[low:cut])], METRIC, level
+            )[0],
+        )
+        for cut in inside
+    ]
+    cut, row = min(tested, key=lambda t: 1.0 if t[1].p_value is None else t[1].p_value)
+    step = Step(one, cut, row, margin)
+    if not step.real:
+        return [step]
+    return [*_split(one, low, cut, cuts, level, margin), step, *_split(one, cut, high, cuts, level, margin)]
 
 
 def _changed(store: Store, before: int, after: int) -> list[tuple[str, Any, Any]]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from layerbench import stats
-from layerbench.trend import MARGIN, Point, Series, Step, Trend, change_points
+from layerbench.trend import MARGIN, MIN_SEGMENT, Point, Series, Step, Trend, change_points, find_steps
 
 
 def _noisy(levels: list[float], seed: int = 1, noise: float = 0.02) -> list[float]:
@@ -34,12 +34,12 @@ def test_too_short_or_not_ratios_proposes_nothing(values: list[float]) -> None:
     assert change_points(values) == []
 
 
-def test_proposals_leave_at_least_two_experiments_on_each_side() -> None:
+def test_proposals_leave_min_segment_experiments_on_each_side() -> None:
     for seed in range(5):
         values = _noisy([1.0] * 3 + [1.5] + [1.0] * 4, seed)
         cuts = change_points(values)
         edges = [0, *cuts, len(values)]
-        assert all(b - a >= 2 for a, b in itertools.pairwise(edges))
+        assert all(b - a >= MIN_SEGMENT for a, b in itertools.pairwise(edges))
 
 
 def _step(series: Series, index: int, ratio: float, decision: str) -> Step:
@@ -73,3 +73,45 @@ def test_a_view_of_one_stack_keeps_the_plan_s_steps() -> None:
     shown = trend.only("t", None)
     assert [s.stack for s in shown.series] == ["t"]
     assert [s.series.stack for s in shown.steps] == ["t"]
+
+
+def _plan(rng: np.random.Generator, n: int, noise: float, step: float = 1.0) -> list[Series]:
+    """Three series of n experiments; the first one steps by step halfway."""
+    return [
+        Series(
+            "p",
+            "h",
+            stack,
+            "w",
+            [
+                Point(
+                    i + 1,
+                    "",
+                    1.1 * math.exp(rng.normal(0, noise)) * (step if stack == "a" and i >= n // 2 else 1),
+                )
+                for i in range(n)
+            ],
+        )
+        for stack in "abc"
+    ]
+
+
+def test_plans_without_a_step_rarely_show_one() -> None:
+    rng = np.random.default_rng(11)
+    false = sum(bool(find_steps("p", _plan(rng, 12, 0.05), stats.Design()).real_steps()) for _ in range(300))
+    assert false / 300 < 0.08  # alpha 0.05; 4 % here
+
+
+def test_a_planted_step_is_found_alone_and_in_its_place() -> None:
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        steps = find_steps("p", _plan(rng, 12, 0.03, 1.4), stats.Design()).real_steps()
+        assert [(s.series.stack, s.index, s.regression) for s in steps] == [("a", 6, True)]
+
+
+def test_a_later_step_is_found_after_an_earlier_one() -> None:
+    levels = [1.1] * 5 + [1.4] * 5 + [1.7] * 5
+    one = Series("p", "h", "a", "w", [Point(i + 1, "", v) for i, v in enumerate(_noisy(levels, 3))])
+    trend = find_steps("p", [one], stats.Design())
+    assert [s.index for s in trend.real_steps()] == [5, 10]
+    assert [s.index for s in trend.open_regressions()] == [10]
