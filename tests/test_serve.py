@@ -348,6 +348,7 @@ def test_hostile_ids_and_filters_are_404_or_400_and_change_nothing(server: dict[
         assert status == expected, path[:80]
         assert "default-src 'self'" in headers["content-security-policy"]
         assert "Traceback" not in body and "sqlalchemy" not in body.lower()
+        assert len(body) < 4000, f"{path[:80]}: the page echoes the request"
     for path in ("/experiments.csv", "/experiments/7/ratios.svg", "/static/style.css", "/nowhere"):
         assert "default-src 'self'" in _get(server["port"], path)[1]["content-security-policy"], path
     assert _get(server["port"], "/experiments", "POST")[0] == 405

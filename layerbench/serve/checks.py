@@ -28,7 +28,8 @@ class BadRequest(Exception):
 
 def ident(text: str | None, what: str = "experiment") -> int:
     if text is None or not _ID.fullmatch(text):
-        raise NotFound(f"no {what} {text!r}")
+        shown = repr(text) if text is None or len(text) <= 40 else repr(text[:40]) + "..."
+        raise NotFound(f"no {what} {shown}")  # never a page that echoes a request's 10 KB
     return int(text)
 
 
