@@ -96,11 +96,14 @@ def _in_range(started: str, since: date | None, until: date | None) -> bool:
 
 def experiments(browser: Browser, query: QueryParams) -> View:
     """Every experiment, filtered by plan, host, status and start date, sorted."""
-    found = checks.filters(query, ("plan", "host", "kernel", "status", "since", "until", "sort", "order"))
+    found = checks.filters(
+        query, ("plan", "host", "kernel", "fleet", "status", "since", "until", "sort", "order")
+    )
     records = browser.history()
     plan = checks.one_of(found, "plan", {str(r["name"]) for r in records})
     host = checks.one_of(found, "host", {str(r["host"]) for r in records})
     kernel = checks.one_of(found, "kernel", {str(r["kernel"]) for r in records})
+    fleet = checks.one_of(found, "fleet", {str(r["fleet"]) for r in records if r["fleet"]})
     status = checks.one_of(found, "status", {str(r["status"]) for r in records})
     since, until = checks.day(found, "since"), checks.day(found, "until")
     sort = checks.one_of(found, "sort", SORTS) or "id"
@@ -111,6 +114,7 @@ def experiments(browser: Browser, query: QueryParams) -> View:
         if plan in (None, r["name"])
         and host in (None, str(r["host"]))
         and kernel in (None, str(r["kernel"]))
+        and fleet in (None, r["fleet"])
         and status in (None, r["status"])
         and _in_range(str(r["started"]), since, until)
     ]
@@ -127,6 +131,7 @@ def experiments(browser: Browser, query: QueryParams) -> View:
         "plan": sorted({str(r["name"]) for r in records}),
         "host": sorted({str(r["host"]) for r in records}),
         "kernel": sorted({str(r["kernel"]) for r in records}),
+        "fleet": sorted({str(r["fleet"]) for r in records if r["fleet"]}),
         "status": sorted({str(r["status"]) for r in records}),
         "sort": SORTS,
         "order": ORDERS,
