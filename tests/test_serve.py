@@ -33,6 +33,7 @@ from layerbench.schedule import Trial
 from layerbench.store import Store, locate
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -263,7 +264,7 @@ def test_clicking_a_ratio_opens_the_runs_behind_it(browser: Any, server: dict[st
     ratio = row.find_elements(By.TAG_NAME, "td")[3]
     assert ratio.text.startswith("x1.")
     ratio.find_element(By.TAG_NAME, "a").click()
-    _wait_images(browser)
+    _settle(browser, lambda: "/runs?" in browser.current_url)
     url = urllib.parse.urlsplit(browser.current_url)
     assert url.path == "/experiments/7/runs"
     assert urllib.parse.parse_qs(url.query) == {"stack": ["slow"], "workload": ["w"]}
@@ -279,18 +280,34 @@ def test_a_filter_lives_in_the_url_and_the_back_button_restores_it(
     assert len(_table(browser, "experiments")) == EXPERIMENTS + 1
     Select(browser.find_element(By.ID, "filter-plan")).select_by_value("other")
     browser.find_element(By.ID, "apply").click()
-    _wait_images(browser)
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(browser.current_url).query)
-    assert query["plan"] == ["other"]
+    _settle(browser, lambda: "plan=other" in browser.current_url and _plan_shown(browser) == "other")
     assert [r[1] for r in _table(browser, "experiments")] == ["other"]
     browser.back()
-    _wait_images(browser)
-    assert urllib.parse.urlsplit(browser.current_url).query == ""
-    assert (
-        Select(browser.find_element(By.ID, "filter-plan")).first_selected_option.get_attribute("value") == ""
+    # The page that comes back shows what its URL says, the filter included.
+    _settle(
+        browser, lambda: urllib.parse.urlsplit(browser.current_url).query == "" and _plan_shown(browser) == ""
     )
     assert len(_table(browser, "experiments")) == EXPERIMENTS + 1
     _drain(browser)
+
+
+def _plan_shown(browser: Any) -> str:
+    return str(
+        Select(browser.find_element(By.ID, "filter-plan")).first_selected_option.get_attribute("value")
+    )
+
+
+def _settle(browser: Any, done: Any) -> None:
+    """Until the navigation has happened and done() holds (a page is not there at once)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            if browser.execute_script("return document.readyState") == "complete" and done():
+                return
+        except WebDriverException:
+            pass  # the page went away between two looks
+        time.sleep(0.05)
+    raise AssertionError(f"the page never settled: {browser.current_url}")
 
 
 def test_an_export_holds_exactly_the_rows_shown(browser: Any, server: dict[str, Any]) -> None:
@@ -305,6 +322,7 @@ def test_an_export_holds_exactly_the_rows_shown(browser: Any, server: dict[str, 
     rows = list(csv.reader(io.StringIO(body)))
     assert [r[0] for r in rows[1:]] == [r[0] for r in shown]
     browser.find_element(By.CSS_SELECTOR, "a.export-json").click()
+    _settle(browser, lambda: ".json?" in browser.current_url)
     document = json.loads(browser.find_element(By.TAG_NAME, "body").text)
     exported = document["tables"]["experiments"]
     assert [str(r["id"]) for r in exported] == [r[0] for r in shown]
