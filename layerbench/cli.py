@@ -25,16 +25,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import (
-    __version__,
-    cli_browse,
-    doctor,
-    expansion,
-    footprint,
-    namespace,
-    repeatability,
-    validity,
-)
+from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
+from layerbench.cli_browse import add_parsers as add_browse_parsers
+from layerbench.cli_browse import cmd_serve, cmd_trend
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
@@ -209,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
         "migrate", help="upgrade a results file of an older layerbench (an SQLite file after a backup)"
     )
     migrating.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
-    cli_browse.add_parsers(commands, DEFAULT_DB, DB_HELP)
+    add_browse_parsers(commands, DEFAULT_DB, DB_HELP)
     return parser
 
 
@@ -735,8 +728,8 @@ COMMANDS = {
     "selftest": cmd_selftest,
     "host": cmd_host,
     "migrate": cmd_migrate,
-    "serve": cli_browse.cmd_serve,
-    "trend": cli_browse.cmd_trend,
+    "serve": cmd_serve,
+    "trend": cmd_trend,
 }
 
 
