@@ -26,8 +26,6 @@ from rich.progress import (
 from rich.table import Table
 
 from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
-from layerbench.cli_browse import add_parsers as add_browse_parsers
-from layerbench.cli_browse import cmd_serve, cmd_trend
 from layerbench.compare import compare, load_side, trends
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
@@ -44,6 +42,8 @@ from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 from layerbench.store import Location, NoResults, Store, StoreLost, locate, migrate
+from layerbench.stored_results import add_parsers as add_browse_parsers
+from layerbench.stored_results import cmd_serve, cmd_trend
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = "layerbench.db"

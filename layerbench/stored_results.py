@@ -1,5 +1,5 @@
-"""The commands that browse stored results across experiments: `serve` (the read-only
-results browser) and `trend` (a plan's steps on the command line, for CI)."""
+"""The commands over the stored results of many experiments: `serve` (the read-only results
+browser) and `trend` (a plan's steps on the command line, for CI)."""
 
 import argparse
 import ipaddress
