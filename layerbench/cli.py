@@ -27,6 +27,8 @@ from rich.table import Table
 
 from layerbench import __version__, doctor, expansion, footprint, namespace, repeatability, validity
 from layerbench.compare import compare, load_side, trends
+from layerbench.cross_experiments import add_parsers as add_browse_parsers
+from layerbench.cross_experiments import cmd_serve, cmd_trend
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
 from layerbench.executors.local import LocalExecutor
@@ -42,8 +44,6 @@ from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.sizes import parse_size
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 from layerbench.store import Location, NoResults, Store, StoreLost, locate, migrate
-from layerbench.stored_results import add_parsers as add_browse_parsers
-from layerbench.stored_results import cmd_serve, cmd_trend
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 DEFAULT_DB = "layerbench.db"

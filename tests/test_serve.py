@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 from helpers import REPO, TEST_ROOT, cli
 
+from layerbench.cross_experiments import exposure
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
 from layerbench.schedule import Trial
 from layerbench.store import Store, locate
-from layerbench.stored_results import exposure
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import WebDriverException  # noqa: E402
