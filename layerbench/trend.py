@@ -193,7 +193,7 @@ def gather(store: Store, plan: str) -> list[Series]:
 
 
 def trend(store: Store, plan: str) -> Trend:
-    """The plan's series and every proposed step, tested as one family under the design of
+    """The plan's series and every proposed step, tested under the design (alpha, margin) of
     the plan's newest experiment; the host facts that changed across each real step."""
     series = gather(store, plan)
     newest = max(p.experiment for one in series for p in one.points) if series else None
