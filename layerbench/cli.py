@@ -25,6 +25,8 @@ from rich.table import Table
 
 from layerbench import __version__, doctor, expansion, footprint, repeatability, validity
 from layerbench.compare import compare, load_side, trends
+from layerbench.cross_experiments import add_parsers as add_browse_parsers
+from layerbench.cross_experiments import cmd_serve, cmd_trend
 from layerbench.errors import UserError
 from layerbench.executors.base import TrialResult
 from layerbench.experiment import Experiment, Trial
@@ -200,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
         "migrate", help="upgrade a results file of an older layerbench (an SQLite file after a backup)"
     )
     migrating.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
+    add_browse_parsers(commands, DEFAULT_DB, DB_HELP)
     return parser
 
 
@@ -669,6 +672,8 @@ COMMANDS = {
     "selftest": cmd_selftest,
     "host": cmd_host,
     "migrate": cmd_migrate,
+    "serve": cmd_serve,
+    "trend": cmd_trend,
 }
 
 

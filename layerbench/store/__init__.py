@@ -197,6 +197,16 @@ def _first_line(exc: BaseException) -> str:
     return (str(original).strip().splitlines() or [type(original).__name__])[0]
 
 
+def _run_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A row of the runs table as the reports read it: JSON columns decoded, every counter."""
+    for name in metrics.column_names():
+        record.setdefault(name, None)  # a counter registered since the store was written
+    record["devices"] = json.loads(record.pop("devices_json"))
+    record["facts"] = json.loads(record.pop("facts_json"))
+    record["warmup"] = bool(record["warmup"])
+    return record
+
+
 class NoResults(UserError):
     """Nothing to read: a missing SQLite file, or a database without a table."""
 
@@ -566,13 +576,19 @@ class Store:
             .where(table.c.experiment_id == experiment_id)
             .order_by(table.c.trial)
         )
-        for record in rows:
-            for name in metrics.column_names():
-                record.setdefault(name, None)  # a counter registered since the store was written
-            record["devices"] = json.loads(record.pop("devices_json"))
-            record["facts"] = json.loads(record.pop("facts_json"))
-            record["warmup"] = bool(record["warmup"])
-        return rows
+        return [_run_record(record) for record in rows]
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        """One run by its id, as runs() gives it (with its experiment's id), or None."""
+        rows = self._read(select(table := self._runs()).where(table.c.id == run_id))
+        return _run_record(rows[0]) if rows else None
+
+    def run_samples(self, run_id: int) -> list[dict[str, Any]]:
+        """One run's time series, in time order."""
+        statement = (
+            select(samples_table).where(samples_table.c.run_id == run_id).order_by(samples_table.c.t_s)
+        )
+        return [{k: v for k, v in r.items() if k != "run_id"} for r in self._read(statement)]
 
     def run_count(self, experiment_id: int) -> int:
         with self._connection(transaction=False) as connection:

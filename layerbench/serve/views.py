@@ -1,0 +1,216 @@
+"""The browser's views of one store: the experiments, an experiment, its runs, one run.
+
+A view is a template with its context and the tables it shows; the CSV and JSON exports of a
+view are those tables, so an export holds exactly the rows on the page. An experiment's
+numbers come from reports.gather, the data every report format is built from.
+"""
+
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, TypeVar, cast
+from urllib.parse import urlencode
+
+from starlette.datastructures import QueryParams
+
+from layerbench import stats
+from layerbench.compare import flatten
+from layerbench.errors import UserError
+from layerbench.reports import base as reports
+from layerbench.serve import checks
+from layerbench.store import Store
+
+T = TypeVar("T")
+SORTS = ("id", "name", "host", "kernel", "status", "started", "runs")
+ORDERS = ("desc", "asc")
+EXPERIMENT_COLUMNS = ("id", "name", "fleet", "host", "kernel", "started", "finished", "status", "runs")
+RUN_COLUMNS = ("id", "trial", "rep", "warmup", "status", "wall_s", "user_s", "sys_s", "cpu_pct", "disturbed")
+
+
+@dataclass
+class Table:
+    """Rows as shown (cells as they read on the page), and where a cell links to."""
+
+    name: str
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    links: list[dict[int, str]] = field(default_factory=list)  # per row: column -> URL
+
+    def add(self, row: list[Any], links: dict[int, str] | None = None) -> None:
+        self.rows.append(row)
+        self.links.append(links or {})
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+@dataclass
+class View:
+    template: str
+    title: str
+    tables: list[Table]
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+class Browser:
+    """The open read-only store and what was computed from it, kept while it holds."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self._cache: dict[Hashable, Any] = {}
+
+    def cached(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """One computation per key: the key names what it was computed from (an experiment's
+        run count and status, a plan's experiments), so a running experiment is recomputed."""
+        with self.lock:
+            if key in self._cache:
+                return cast(T, self._cache[key])
+        value = compute()
+        with self.lock:
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[key] = value
+        return value
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.store.history()
+
+    def experiment_record(self, experiment_id: int) -> dict[str, Any]:
+        found = [r for r in self.history() if r["id"] == experiment_id]
+        if not found:
+            raise checks.NotFound(f"no experiment {experiment_id}")
+        return found[0]
+
+    def report(self, experiment_id: int) -> reports.ReportData:
+        record = self.experiment_record(experiment_id)
+        key = ("report", experiment_id, record["runs"], record["status"])
+        return self.cached(key, lambda: reports.gather(self.store, experiment_id))
+
+
+def _in_range(started: str, since: date | None, until: date | None) -> bool:
+    day = date.fromisoformat(started[:10])
+    return (since is None or day >= since) and (until is None or day <= until)
+
+
+def experiments(browser: Browser, query: QueryParams) -> View:
+    """Every experiment, filtered by plan, host, status and start date, sorted."""
+    found = checks.filters(
+        query, ("plan", "host", "kernel", "fleet", "status", "since", "until", "sort", "order")
+    )
+    records = browser.history()
+    plan = checks.one_of(found, "plan", {str(r["name"]) for r in records})
+    host = checks.one_of(found, "host", {str(r["host"]) for r in records})
+    kernel = checks.one_of(found, "kernel", {str(r["kernel"]) for r in records})
+    fleet = checks.one_of(found, "fleet", {str(r["fleet"]) for r in records if r["fleet"]})
+    status = checks.one_of(found, "status", {str(r["status"]) for r in records})
+    since, until = checks.day(found, "since"), checks.day(found, "until")
+    sort = checks.one_of(found, "sort", SORTS) or "id"
+    order = checks.one_of(found, "order", ORDERS) or "desc"
+    shown = [
+        r
+        for r in records
+        if plan in (None, r["name"])
+        and host in (None, str(r["host"]))
+        and kernel in (None, str(r["kernel"]))
+        and fleet in (None, r["fleet"])
+        and status in (None, r["status"])
+        and _in_range(str(r["started"]), since, until)
+    ]
+    shown.sort(
+        key=lambda r: (r[sort] is None, r[sort] if r[sort] is not None else 0), reverse=order == "desc"
+    )
+    table = Table("experiments", list(EXPERIMENT_COLUMNS))
+    for record in shown:
+        table.add(
+            [record.get(c) for c in EXPERIMENT_COLUMNS],
+            {0: f"/experiments/{record['id']}", 1: "/trends?" + urlencode({"plan": record["name"]})},
+        )
+    choices = {
+        "plan": sorted({str(r["name"]) for r in records}),
+        "host": sorted({str(r["host"]) for r in records}),
+        "kernel": sorted({str(r["kernel"]) for r in records}),
+        "fleet": sorted({str(r["fleet"]) for r in records if r["fleet"]}),
+        "status": sorted({str(r["status"]) for r in records}),
+        "sort": SORTS,
+        "order": ORDERS,
+    }
+    return View("experiments.html", "experiments", [table], {"found": found, "choices": choices})
+
+
+def _ratio_table(data: reports.ReportData, experiment_id: int) -> Table:
+    """The reports' table of each workload, its ratio cell a link to the runs behind it."""
+    header, _ = reports.stack_table(data, data.workloads[0]) if data.workloads else ([], [])
+    table = Table("ratios", ["workload", *header])
+    for workload in data.workloads:
+        _, rows = reports.stack_table(data, workload)
+        for row in rows:
+            runs = f"/experiments/{experiment_id}/runs?" + urlencode({"stack": row[0], "workload": workload})
+            table.add([workload, *row], {1: runs, 3: runs})
+    return table
+
+
+def experiment(browser: Browser, experiment_id: int, query: QueryParams) -> View:
+    checks.filters(query, ())
+    data = browser.report(experiment_id)
+    record = data.experiment
+    earlier = [
+        r["id"]
+        for r in browser.history()
+        if r["name"] == record["name"] and r["id"] < experiment_id and r["status"] == "done"
+    ]
+    context = {
+        "experiment": record,
+        "host_lines": reports.host_lines(record["host"]),
+        "design_note": data.design_note(),
+        "why": {w: data.why_lines(w) for w in data.workloads},
+        "warnings": data.warnings,
+        "previous": earlier[-1] if earlier else None,
+        "plan_link": "/trends?" + urlencode({"plan": record["name"]}),
+    }
+    title = f"experiment {experiment_id}: {record['name']}"
+    return View("experiment.html", title, [_ratio_table(data, experiment_id)], context)
+
+
+def runs(browser: Browser, experiment_id: int, query: QueryParams) -> View:
+    """The runs of an experiment, of one stack and workload when asked: where a ratio comes from."""
+    found = checks.filters(query, ("stack", "workload"))
+    data = browser.report(experiment_id)
+    stack = checks.one_of(found, "stack", data.stacks)
+    workload = checks.one_of(found, "workload", data.workloads)
+    table = Table("runs", ["stack", "workload", *RUN_COLUMNS, "csh time line"])
+    for run in data.runs:
+        if stack not in (None, run["stack"]) or workload not in (None, run["workload"]):
+            continue
+        cells = [run["stack"], run["workload"]] + [
+            stats.is_disturbed(run) if c == "disturbed" else run.get(c) for c in RUN_COLUMNS
+        ]
+        line = reports.csh_time_line(run) if run["status"] == "ok" else run.get("error") or "-"
+        table.add([*cells, line], {2: f"/runs/{run['id']}"})
+    context = {"experiment": data.experiment, "stack": stack, "workload": workload}
+    return View("runs.html", f"experiment {experiment_id}: runs", [table], context)
+
+
+def run(browser: Browser, run_id: int, query: QueryParams) -> View:
+    """One run: every column of its row, its devices and facts (dotted keys), its samples."""
+    checks.filters(query, ())
+    try:
+        record = browser.store.run(run_id)
+    except UserError:
+        record = None
+    if record is None:
+        raise checks.NotFound(f"no run {run_id}")
+    counters = Table("counters", ["counter", "value"])
+    for key, value in record.items():
+        if key not in ("devices", "facts"):
+            counters.add([key, value], {1: f"/experiments/{value}"} if key == "experiment_id" else None)
+    for prefix in ("devices", "facts"):
+        for key, value in flatten(record[prefix], f"{prefix}.").items():
+            counters.add([key, value])
+    samples = browser.store.run_samples(run_id)
+    columns = list(samples[0]) if samples else ["t_s"]
+    series = Table("samples", columns, [[s.get(c) for c in columns] for s in samples], [{} for _ in samples])
+    line = reports.csh_time_line(record) if record["status"] == "ok" else None
+    context = {"run": record, "csh": line}
+    return View("run.html", f"run {run_id}", [counters, series], context)
