@@ -48,7 +48,6 @@ import concurrent.futures
 import contextlib
 import json
 import os
-import pickle
 import random
 import signal
 import sqlite3
@@ -58,6 +57,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -65,7 +65,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import postgres  # noqa: E402
 import psycopg  # noqa: E402
-from helpers import leftovers, leftovers_after  # noqa: E402
+from helpers import agent_answers, leftovers, leftovers_after, start_agent, stopped_agent  # noqa: E402
 
 from layerbench import procfs  # noqa: E402
 from layerbench.failpoints import POINTS  # noqa: E402
@@ -141,7 +141,7 @@ def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def _stopped(child: subprocess.Popen[str], timeout: float = 300) -> bool:
+def _stopped(child: "subprocess.Popen[Any]", timeout: float = 300) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         stat = procfs.pid_stat(child.pid)
@@ -301,32 +301,18 @@ def _agent_request(kind: str, scratch: Path) -> Request:
                    experiment_id=1)  # fmt: skip
 
 
-def _start_agent(request: Request, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """The agent as the fleet's Ray task starts it: the request pickled on its stdin."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "layerbench.fleet.agent"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO), "LAYERBENCH_AGENT_PARENT": str(os.getpid()), **env},
-    )
-    assert child.stdin is not None
-    child.stdin.write(pickle.dumps(request))
-    child.stdin.close()
-    child.stdin = None  # sent: communicate() must not write to it again
-    return child
-
-
 def _answer_of(child: subprocess.Popen[bytes], outcome: Outcome) -> Answer | None:
-    """Wait for the agent; its answer, or None (said in the outcome) if it gave none."""
+    """Wait for the agent; its answer to the trial, or None (said in the outcome) if it gave none."""
     stdout, stderr = child.communicate(timeout=300)
     errors = stderr.decode(errors="replace")
     if "Traceback" in errors:
         outcome.fail("traceback", errors)
-    if child.returncode != 0 or not stdout:
-        outcome.fail("exit status", f"agent exited {child.returncode}: {errors.strip()[-200:]}")
+    answers = agent_answers(stdout) if stdout else []
+    if child.returncode != 0 or len(answers) < 2:
+        said = answers[0].error if answers else errors.strip()[-200:]
+        outcome.fail("exit status", f"agent exited {child.returncode}: {said}")
         return None
-    answer: Answer = pickle.loads(stdout)
+    answer: Answer = answers[-1]
     return answer
 
 
@@ -337,15 +323,20 @@ def agent_case(root: Path, kind: str, point: str, signame: str) -> Outcome:
     scratch = case / "scratch"
     case.mkdir(parents=True, exist_ok=True)
     request = _agent_request(kind, scratch)
-    child = _start_agent(request, {"LAYERBENCH_STOP_AT": point})
-    stopped = _stopped(child)  # type: ignore[arg-type]
+    child = start_agent([request], scratch, {"LAYERBENCH_STOP_AT": point})
+    try:
+        agent: int | None = stopped_agent(child, timeout=300)
+    except AssertionError:
+        agent = None
+    stopped = agent is not None
     queues = _queue_settings(scratch)
     if not stopped:
         outcome.fail("never stopped", f"agent exited {child.poll()}")
     else:
-        child.send_signal(SIGNALS[signame])
+        assert agent is not None
+        os.kill(agent, SIGNALS[signame])
         if signame != "KILL":
-            child.send_signal(signal.SIGCONT)
+            os.kill(agent, signal.SIGCONT)
     if signame == "KILL" or not stopped:
         child.communicate(timeout=300)
     else:
@@ -360,7 +351,7 @@ def agent_case(root: Path, kind: str, point: str, signame: str) -> Outcome:
     _clean(outcome, scratch, str(case / "none.db"))
     _check_queues(outcome, queues, scratch)
     # The head asks again (a resume): a new agent on the same scratch root runs the trial.
-    again = _answer_of(_start_agent(request, {}), outcome)
+    again = _answer_of(start_agent([request], scratch), outcome)
     if again is not None and not (again.ok and again.value.counters.status == "ok"):
         error = again.error if not again.ok else again.value.counters.error
         outcome.fail("resume", f"the trial again: {error}")

@@ -1,7 +1,10 @@
 """Shared by the tests: running the CLI for real, and what layerbench may leave behind."""
 
+import contextlib
+import io
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -92,7 +95,7 @@ def run_plan(tmp_path: Path, text: str, scratch: Path, *options: str) -> dict[st
     return json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
 
 
-def wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
+def wait_stopped(child: "subprocess.Popen[Any]", timeout: float = 120) -> None:
     """Wait until a child started with LAYERBENCH_STOP_AT has stopped at its failpoint."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -103,6 +106,51 @@ def wait_stopped(child: subprocess.Popen[str], timeout: float = 120) -> None:
             raise AssertionError(f"run ended before the failpoint: {child.communicate()}")
         time.sleep(0.02)
     raise AssertionError("the failpoint was never reached")
+
+
+def start_agent(
+    requests: list[Any], scratch: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A fleet host's agent as remote.HostAgent starts it: the requests pickled on its stdin,
+    which is then closed (the experiment is over once they are answered). The process returned
+    is the agent's guard; the agent that builds and runs is its child (stopped_agent())."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "layerbench.fleet.agent", "--host", "here", "--scratch", str(scratch)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+    assert child.stdin is not None
+    child.stdin.write(b"".join(pickle.dumps(request) for request in requests))
+    child.stdin.close()
+    child.stdin = None  # sent: communicate() must not write to it again
+    return child
+
+
+def stopped_agent(guard: "subprocess.Popen[bytes]", timeout: float = 120) -> int:
+    """The pid of the agent behind guard (see fleet.agent._behind_a_guard) once it has stopped
+    at its failpoint. The guard may have had other, short-lived children (its imports run a
+    tool or two) before it forked the agent: the agent is the one that stops."""
+    deadline = time.monotonic() + timeout
+    children = Path(f"/proc/{guard.pid}/task/{guard.pid}/children")
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            for child in children.read_text().split():
+                if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                    return int(child)
+        if guard.poll() is not None:
+            raise AssertionError(f"the agent ended before the failpoint: {guard.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError("the agent never reached its failpoint")
+
+
+def agent_answers(stdout: bytes) -> list[Any]:
+    """Every answer an agent wrote: its readiness first, then one per request."""
+    stream, answers = io.BytesIO(stdout), []
+    while stream.tell() < len(stdout):
+        answers.append(pickle.load(stream))
+    return answers
 
 
 def leftovers_after(root: Path, seconds: float) -> list[str]:

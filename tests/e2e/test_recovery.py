@@ -2,25 +2,24 @@
 
 import json
 import os
-import pickle
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from helpers import (
-    REPO,
     TEST_ROOT,
+    agent_answers,
     cli,
     leftovers,
     leftovers_after,
     one_line_error,
+    start_agent,
     start_cli,
+    stopped_agent,
     wait_stopped,
 )
 
@@ -382,22 +381,6 @@ def test_a_loop_devices_scheduler_is_put_back_by_clean_after_kill_9(needs_root: 
     assert leftovers_after(scratch, 10) == []
 
 
-def _agent(request: Any, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A fleet host's agent as the fleet's Ray task starts it: the request pickled on stdin."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "layerbench.fleet.agent"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-    )
-    assert child.stdin is not None
-    child.stdin.write(pickle.dumps(request))
-    child.stdin.close()
-    child.stdin = None  # sent: communicate() must not write to it again
-    return child
-
-
 def test_a_fleet_agent_killed_mid_trial_leaves_nothing_after_clean_and_the_trial_runs_again(
     needs_root: None, tmp_path: Path
 ) -> None:
@@ -414,18 +397,18 @@ def test_a_fleet_agent_killed_mid_trial_leaves_nothing_after_clean_and_the_trial
     )
     scratch = TEST_ROOT / "agent-killed"
     request = Request("run", "here", str(scratch), PlanSource.of(plan), schedule(plan, 1)[0], 1)
-    child = _agent(request, {"LAYERBENCH_STOP_AT": "run-started"})
-    wait_stopped(child)  # type: ignore[arg-type]
+    guard = start_agent([request], scratch, {"LAYERBENCH_STOP_AT": "run-started"})
+    agent = stopped_agent(guard)
     assert any(item.startswith("cgroup") for item in leftovers(scratch)), leftovers(scratch)
-    child.kill()
-    child.communicate(timeout=60)
+    os.kill(agent, signal.SIGKILL)
+    guard.communicate(timeout=60)
     done = cli("clean", "--scratch", str(scratch), "--db", str(tmp_path / "none.db"), check=True)
     assert "restored /sys/block/loop" in done.stdout and "Traceback" not in done.stderr, done.stdout
     assert leftovers_after(scratch, 10) == []
-    again = _agent(request)
+    again = start_agent([request], scratch)
     output, errors = again.communicate(timeout=300)
-    answer = pickle.loads(output)
-    assert answer.ok and answer.value.counters.status == "ok", (answer.error, errors)
+    ready, answer = agent_answers(output)
+    assert ready.ok and answer.ok and answer.value.counters.status == "ok", (answer.error, errors)
     assert leftovers(scratch) == []
 
 
