@@ -3,7 +3,8 @@
 
     python3 bench/fleet.py [--hosts 20,50,200] [--nodes 2] [--reps 2]
 
-For each number of hosts: a local Ray cluster of --nodes nodes carrying one `lb-host:NAME`
+For each number of hosts: a local Ray cluster of --nodes nodes (on loopback, with the
+fleet's token and bind filter: layerbench.fleet.local) carrying one `lb-host:NAME`
 resource per simulated host, a 10-stack x 3-workload plan on every host (FakeExecutor
 trials: no measurement, so what is timed is the coordination), every run into a
 throwaway PostgreSQL (tests/postgres.py). It checks that every host's trials ran strictly
@@ -17,19 +18,17 @@ Needs root (PostgreSQL runs as the postgres user) and the postgresql package.
 import argparse
 import itertools
 import resource
+import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import ray
-from ray.cluster_utils import Cluster
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import postgres
 
-from layerbench.fleet import coordinator, hosts
+from layerbench.fleet import coordinator, credentials, hosts, local
 from layerbench.plan import parse_plan
 from layerbench.store import Store
 
@@ -64,19 +63,14 @@ def verify(store: Store, outcome: coordinator.FleetOutcome, expected: int) -> No
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), host.host
 
 
-def one_size(count: int, nodes: int, reps: int, server: postgres.Cluster) -> dict[str, float]:
+def one_size(
+    count: int, nodes: int, reps: int, server: postgres.Cluster, fleet_credentials: credentials.Credentials
+) -> dict[str, float]:
     names = [f"h{i:03d}" for i in range(count)]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    try:
-        for node in range(nodes):
-            mine = {f"lb-host:{n}": 1 for n in names[node::nodes]}
-            cluster.add_node(num_cpus=4, resources=mine)
-        cluster.wait_for_nodes()
-        ray.init(
-            address=cluster.address, namespace=hosts.NAMESPACE, logging_level="ERROR", log_to_driver=False
-        )
-        for name in names:
-            hosts.register(name, f"/nonexistent/{name}", simulated=True)
+    per_node = [names[node::nodes] for node in range(nodes)]
+    with local.loopback_cluster(
+        fleet_credentials, per_node, Path("/nonexistent"), cpus_per_node=4, simulated=True
+    ):
         store = Store(server.create_database(f"bench{count}"))
         plan = parse_plan(plan_text(reps), "bench/fleet.py")
         started: dict[tuple[str, int], float] = {}
@@ -108,9 +102,6 @@ def one_size(count: int, nodes: int, reps: int, server: postgres.Cluster) -> dic
             "cpu_ms": 1000 * cpu / total,
             "rss_mib": peak_rss_mib(),
         }
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def main() -> int:
@@ -118,17 +109,29 @@ def main() -> int:
     parser.add_argument("--hosts", default="20,50,200", help="numbers of simulated hosts, comma-separated")
     parser.add_argument("--nodes", type=int, default=2, help="local Ray nodes carrying them")
     parser.add_argument("--reps", type=int, default=2, help="measured repetitions of the plan")
+    parser.add_argument(
+        "--scratch", type=Path, default=Path("/var/tmp/layerbench-bench-fleet"),
+        help="made for the PostgreSQL cluster and the fleet's credentials, removed at the end",
+    )  # fmt: skip
     args = parser.parse_args()
     if reason := postgres.missing():
         print(f"bench/fleet.py: {reason}", file=sys.stderr)
         return 2
     rows = []
-    with postgres.cluster() as server:
-        for count in (int(c) for c in args.hosts.split(",")):
-            rows.append(one_size(count, args.nodes, args.reps, server))
-            print(
-                f"# {count} hosts: verified (every trial once, on its host, one at a time)", file=sys.stderr
-            )
+    args.scratch.mkdir(parents=True)
+    try:
+        with (
+            postgres.cluster(args.scratch) as server,
+            local.loopback_credentials(args.scratch) as fleet_credentials,
+        ):
+            for count in (int(c) for c in args.hosts.split(",")):
+                rows.append(one_size(count, args.nodes, args.reps, server, fleet_credentials))
+                print(
+                    f"# {count} hosts: verified (every trial once, on its host, one at a time)",
+                    file=sys.stderr,
+                )
+    finally:
+        shutil.rmtree(args.scratch)
     print(
         f"{STACKS} stacks x {WORKLOADS} workloads x {args.reps} reps per host, {args.nodes} local Ray nodes, "
         "PostgreSQL store; every host's trials verified strictly sequential, none lost or duplicated\n"

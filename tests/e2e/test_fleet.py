@@ -6,7 +6,6 @@ Killing a node mid-experiment interrupts that host's experiment (host lost) with
 others finish, none of its trials runs elsewhere, nothing is left mounted; `run --resume`
 on the host, once it is back, runs only what was missing."""
 
-import contextlib
 import itertools
 import json
 import os
@@ -23,9 +22,8 @@ from helpers import TEST_ROOT, cli, fleet_agents, leftovers, start_cli
 pytestmark = pytest.mark.e2e
 
 ray = pytest.importorskip("ray", reason="Ray is a dependency of layerbench (pyproject.toml)")
-from ray.cluster_utils import Cluster  # noqa: E402
 
-from layerbench.fleet import confine, credentials, hosts  # noqa: E402
+from layerbench.fleet import credentials, local  # noqa: E402
 from layerbench.store import Store  # noqa: E402
 
 NAMES = ("a", "b", "c")
@@ -50,81 +48,38 @@ run = "sh -c 'dd if=/dev/zero of=out bs=1M count=4 conv=fsync status=none && sle
 """
 
 
-def _own_cgroup() -> Path:
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        if line.startswith("0::"):
-            return confine._unified_mount() / line[3:].lstrip("/")
-    raise AssertionError("this process is in no cgroup v2 group")
-
-
-@contextlib.contextmanager
-def _cluster(root: Path, fleet_credentials: credentials.Credentials) -> Iterator[tuple[Any, dict[str, Any]]]:
+def _cluster(root: Path, fleet_credentials: credentials.Credentials) -> Any:
     """A head (no trials of its own) and one node per host, each host registered with its
     scratch root under root; shut down, every node, however the test ends."""
-    loopback = {"node_ip_address": "127.0.0.1"}
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "include_dashboard": False,
-            "_system_config": hosts.HEALTH_CHECKS,
-            **loopback,
-        },
-    )
-    try:
-        nodes = {
-            name: cluster.add_node(num_cpus=1, resources={f"lb-host:{name}": 1}, **loopback) for name in NAMES
-        }
-        cluster.wait_for_nodes()
-        hosts.connect(cluster.address, fleet_credentials)
-        for name in NAMES:
-            hosts.register(name, str(root / name))
-        ray.shutdown()
-        yield cluster, nodes
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    return local.loopback_cluster(fleet_credentials, [[name] for name in NAMES], root, stay_connected=False)
 
 
 @pytest.fixture
 def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     """The cluster's nodes on loopback, with the fleet's token, and kept to 127.0.0.1 by the
-    fleet's bind filter: this process is in its cgroup while the fixture lasts, so every
-    node it starts (and every command the test runs) is too."""
+    fleet's bind filter (layerbench.fleet.local): this process is in its cgroup while the
+    fixture lasts, so every node it starts (and every command the test runs) is too."""
     root = TEST_ROOT / "fleet"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    fleet_credentials = credentials.create(root / "credentials")
-    saved = {name: os.environ.get(name) for name in fleet_credentials.environment()}
-    home = _own_cgroup()
-    group = confine.Confinement.create(f"test-{os.getpid()}", "127.0.0.1")
-    group.enter()
     try:
-        fleet_credentials.activate()  # the nodes started here inherit the token mode and file
-        with _cluster(root, fleet_credentials) as (cluster, nodes):
+        with local.loopback_credentials(root) as fleet_credentials, _cluster(root, fleet_credentials) as up:
             database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
             try:
                 yield {
-                    "cluster": cluster,
-                    "nodes": nodes,
+                    "cluster": up.cluster,
+                    "nodes": up.nodes,
                     "root": root,
                     "db": database,
                     "credentials": ("--credentials", str(fleet_credentials.directory)),
                     "fleet_credentials": fleet_credentials,
                 }
             finally:
-                cluster.shutdown()
+                up.cluster.shutdown()
                 for name in NAMES:
                     cleaned = cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db"))
                     assert cleaned.returncode == 0, cleaned.stderr
     finally:
-        (home / "cgroup.procs").write_text(str(os.getpid()))
-        group.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -331,7 +286,7 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
     assert all(2 <= len(runs) < 12 for runs in before.values()), {n: len(r) for n, r in before.items()}
     fleet_id = next(iter(_by_host(store).values()))["fleet"]
 
-    with _cluster(fleet["root"], fleet["fleet_credentials"]) as (new_head, _):
+    with _cluster(fleet["root"], fleet["fleet_credentials"]) as new_head:
         resumed = cli(
             "run", "--resume", fleet_id, "--fleet", new_head.address, "--db", fleet["db"], "--quiet",
             *fleet["credentials"], timeout=600,
