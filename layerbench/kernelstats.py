@@ -57,6 +57,25 @@ def read_vmstat() -> dict[str, int]:
     return found
 
 
+_REPORTED = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
+def read_reported_kib() -> int | None:
+    """KiB of free memory the guest has handed back to its hypervisor so far (free page
+    reporting, where the kernel counts it): memory that costs a host fault when next touched.
+    None where the kernel does not count it."""
+    try:
+        return int(_REPORTED.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_mem_free_kib() -> int | None:
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/meminfo") as handle:
+        return int(next(line for line in handle if line.startswith("MemFree:")).split()[1])
+    return None
+
+
 @dataclass(frozen=True)
 class CpuSplit:
     """Jiffies of all CPUs from /proc/stat's first line."""

@@ -21,3 +21,16 @@ def test_no_share_while_the_experiment_runs() -> None:
         host_state.time_share_line({"started": "2026-12-02T10:00:00+00:00", "finished": None}, [_run(1)])
         is None
     )
+
+
+def test_the_untimed_time_per_phase_is_the_mean_over_the_trials_that_recorded_it() -> None:
+    experiment = {"started": "2026-12-02T10:00:00+00:00", "finished": "2026-12-02T10:00:20+00:00"}
+    runs = [_run(4.0), _run(6.0)]
+    runs[0]["facts"] = {"phase_build_s": 1.0, "phase_prepare_s": 2.0, "phase_teardown_s": 0.5}
+    runs[1]["facts"] = {"phase_build_s": 3.0, "phase_around_run_s": 0.25}
+    line = host_state.time_share_line(experiment, runs)
+    assert line == (
+        "time in timed runs: 10 s of 20 s (50 %); the rest is 5.00 s per trial: building the stack "
+        "2.00 s, preparing the workload 2.00 s, around the run (caches, settling, counters) 0.25 s, "
+        "tearing down 0.50 s (means)"
+    )

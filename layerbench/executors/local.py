@@ -5,6 +5,7 @@ whose top layer runs the rest elsewhere (a vm) hands the trial to its guest."""
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from layerbench import (
     durability,
     failpoints,
     host,
+    kernelstats,
     measure,
     metrics,
     sentinel,
@@ -32,6 +34,28 @@ from layerbench.store import now
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions
 
 
+class _Phases:
+    """Where a trial's seconds go outside its timed run (each trial's phase_*_s facts): every
+    second of them is a repetition the time budget cannot buy."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        moment = time.monotonic()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + moment - self.last
+        self.last = moment
+
+    def facts(self, wall_s: float | None) -> dict[str, float]:
+        """The laps, the run's lap less its timed wall time (dropping caches, settling, the
+        gate, reading the counters) as `around_run`."""
+        laps = dict(self.seconds)
+        if "run" in laps:
+            laps["around_run"] = max(0.0, laps.pop("run") - (wall_s or 0.0))
+        return {f"phase_{name}_s": round(value, 4) for name, value in laps.items()}
+
+
 class LocalExecutor(Executor):
     def __init__(
         self, scratch: Scratch, *, allowed_devices: frozenset[str] = frozenset(), force: bool = False
@@ -42,6 +66,7 @@ class LocalExecutor(Executor):
         self.world_dirs: dict[str, Path] = {}
         self.scratch_disks = settle.scratch_devices(scratch.root)
         self._probes = 0
+        self._reported_at_last_run: int | None = None
 
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
@@ -75,18 +100,24 @@ class LocalExecutor(Executor):
 
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
         started = now()
+        clock = _Phases()
         try:
             with self.scratch.directory("trials", f"e{setting.experiment_id}-t{trial.index}") as workdir:
                 try:
-                    return self._run_in(trial, setting, workdir, started)
+                    result = self._run_in(trial, setting, workdir, started, clock)
                 except SetupError as exc:
-                    return TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+                    result = TrialResult(trial, started, measure.failed(f"setup: {exc}"))
         finally:
             # The trial's files are gone now; their deletion is made durable here, in its own
             # teardown, not in the next trial's timed run (which still settles first).
             os.sync()
+        clock.lap("teardown")
+        result.facts.update(clock.facts(result.counters.wall_s))
+        return result
 
-    def _run_in(self, trial: Trial, setting: Setting, workdir: Path, started: str) -> TrialResult:
+    def _run_in(
+        self, trial: Trial, setting: Setting, workdir: Path, started: str, clock: "_Phases"
+    ) -> TrialResult:
         workload = setting.workloads[trial.workload]
         with contextlib.ExitStack() as resources:
             ctx = BuildContext(
@@ -98,15 +129,19 @@ class LocalExecutor(Executor):
             )
             layers = make_layers(setting.plan.stacks[trial.stack])
             built = resources.enter_context(build_stack(ctx, layers))
+            clock.lap("build")
             failpoints.reached("stack-built")
             devices = built.devices()
             record = self._record(trial.stack, layers, built, devices)
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
                 settled = self._settle(setting, devices)  # the host's disks hold the guest's
                 counters, prepared = machine.run_elsewhere(built, workload, devices)
+                clock.lap("run")
             else:
                 prepared = workload.prepare(ctx, built, resources)
+                clock.lap("prepare")
                 counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
+                clock.lap("run")
                 prepared.facts.update(built.run_facts())
                 prepared.collect()
                 if counters.status == "failed" and prepared.failure:
@@ -134,6 +169,7 @@ class LocalExecutor(Executor):
             measure.drop_caches()
         settled = self._settle(setting, devices)
         procs, pressure = self._pressure_group(built, workdir, resources)
+        memory = self._memory_before_run()
         traced = setting.workloads[trial.workload].options.trace == "block"
         with tracing.block_trace(self.scratch, workdir) if traced else contextlib.nullcontext() as trace:
             counters = measure.run_timed(
@@ -154,7 +190,30 @@ class LocalExecutor(Executor):
             )
         if trace is not None:
             prepared.facts.update(trace.facts())
+        prepared.facts.update(self._memory_after_run(memory))
         return counters, settled
+
+    def _memory_before_run(self) -> dict[str, int | None]:
+        """Read right before the timed run (a pre-run covariate, not an outcome): the free
+        memory, and how much free memory went back to the hypervisor since the last run ended
+        (free page reporting): a run that dirties it again pays a host fault per page."""
+        reported = kernelstats.read_reported_kib()
+        since = None
+        if reported is not None and self._reported_at_last_run is not None:
+            since = reported - self._reported_at_last_run
+        return {
+            "mem_free_kib_before_run": kernelstats.read_mem_free_kib(),
+            "memory_reported_kib_before_run": since,
+            "_reported": reported,
+        }
+
+    def _memory_after_run(self, before: dict[str, int | None]) -> dict[str, int]:
+        reported = kernelstats.read_reported_kib()
+        self._reported_at_last_run = reported
+        facts = {key: value for key, value in before.items() if value is not None and not key.startswith("_")}
+        if reported is not None and before["_reported"] is not None:
+            facts["memory_reported_kib_during_run"] = reported - before["_reported"]
+        return facts
 
     def _pressure_group(
         self, built: BuiltStack, workdir: Path, resources: contextlib.ExitStack

@@ -11,6 +11,7 @@ import numpy as np
 
 from layerbench import (
     adaptive,
+    covariates,
     decompose,
     durability,
     explain,
@@ -183,6 +184,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     facts = experiment.get("facts", {})
     rows = sequential.summaries(runs, facts, experiment["baseline"], stacks, workloads, design)
     warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
+    warnings += covariates.notes(runs)
     data = ReportData(
         experiment,
         runs,

@@ -80,19 +80,32 @@ def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) ->
     return line + (f", {100 * cost / total:.1f} % of the experiment" if total else "")
 
 
+_PHASES = {
+    "build": "building the stack",
+    "prepare": "preparing the workload",
+    "around_run": "around the run (caches, settling, counters)",
+    "teardown": "tearing down",
+}
+
+
 def time_share_line(experiment: dict[str, Any], runs: list[dict[str, Any]]) -> str | None:
-    """How much of the experiment's time its timed runs took: the rest (building stacks,
-    preparing, dropping caches, settling, tearing down) buys no repetition."""
+    """How much of the experiment's time its timed runs took, and where the rest of a
+    trial's time went (its phase_*_s facts): the rest buys no repetition."""
     total = _seconds_between(experiment.get("started"), experiment.get("finished"))
     timed = [r for r in runs if r["status"] == "ok"]
     if not total or not timed:
         return None
     in_runs = sum(float(r["wall_s"]) for r in timed)
     untimed = (total - in_runs) / len(runs)
-    return (
-        f"time in timed runs: {in_runs:.0f} s of {total:.0f} s ({100 * in_runs / total:.0f} %); "
-        f"the rest is {untimed:.2f} s per trial of building, preparing, settling and tearing down"
-    )
+    line = f"time in timed runs: {in_runs:.0f} s of {total:.0f} s ({100 * in_runs / total:.0f} %); "
+    line += f"the rest is {untimed:.2f} s per trial"
+    means = {}
+    for name, words in _PHASES.items():
+        if values := [float(r["facts"][f"phase_{name}_s"]) for r in runs if f"phase_{name}_s" in r["facts"]]:
+            means[words] = sum(values) / len(values)
+    if not means:
+        return line + " of building, preparing, settling and tearing down"
+    return line + ": " + ", ".join(f"{words} {mean:.2f} s" for words, mean in means.items()) + " (means)"
 
 
 def drift_warning(samples: list[sentinel.Sample]) -> str | None:

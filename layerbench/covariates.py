@@ -1,0 +1,98 @@
+"""What a noisy cell's runs had in common before they ran: pre-run covariates, each read
+right before the timed run's clock starts (never during it: a figure read during the run
+is an outcome of the run, and explaining by it would explain the run by itself).
+
+A cell (stack x workload) whose elapsed times vary by more than NOISY_CV gets a note for
+each covariate whose rank correlation with its times is significant (Spearman, p below
+ALPHA, at least MIN_RUNS runs): the note names the covariate, the association and the
+covariate's spread, so a reader sees a measured cause instead of "more repetitions would
+help". A covariate is one entry of COVARIATES, read from the run's facts.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats as scipy_stats
+
+NOISY_CV = 0.10
+ALPHA = 0.01
+MIN_RUNS = 5
+
+
+@dataclass(frozen=True)
+class Covariate:
+    fact: str  # the run's fact that holds it
+    words: str  # what it is, for the note
+    unit: str  # "KiB" (shown in MiB)
+
+
+COVARIATES = (
+    Covariate(
+        "memory_reported_kib_before_run",
+        "free memory handed back to the hypervisor since the last run (free page reporting: "
+        "the run pays a host fault for each page of it it touches)",
+        "KiB",
+    ),
+    Covariate("mem_free_kib_before_run", "free memory before the run", "KiB"),
+)
+
+
+@dataclass(frozen=True)
+class Association:
+    stack: str
+    workload: str
+    covariate: Covariate
+    rho: float
+    p_value: float
+    runs: int
+    low: float
+    high: float
+
+    def sentence(self) -> str:
+        direction = "longer" if self.rho > 0 else "shorter"
+        return (
+            f"{self.stack}/{self.workload}: its runs took {direction} the more {self.covariate.words} "
+            f"(Spearman rho {self.rho:+.2f}, p {self.p_value:.2g}, {self.runs} runs; "
+            f"{self.low / 1024:.0f} to {self.high / 1024:.0f} MiB)"
+        )
+
+
+def _cv(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    return float((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean)
+
+
+def associations(runs: list[dict[str, Any]]) -> list[Association]:
+    """Every significant (covariate, noisy cell) association among the measured ok runs."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        if run["status"] == "ok" and not run.get("warmup"):
+            cells.setdefault((run["stack"], run["workload"]), []).append(run)
+    found = []
+    for (stack, workload), members in cells.items():
+        times = [float(r["wall_s"]) for r in members]
+        if len(times) < MIN_RUNS or _cv(times) <= NOISY_CV:
+            continue
+        for covariate in COVARIATES:
+            pairs = [
+                (float(r["facts"][covariate.fact]), float(r["wall_s"]))
+                for r in members
+                if r.get("facts", {}).get(covariate.fact) is not None
+            ]
+            if len(pairs) < MIN_RUNS or len({x for x, _ in pairs}) < 2:
+                continue
+            rho, p_value = scipy_stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+            if p_value < ALPHA:
+                xs = [x for x, _ in pairs]
+                found.append(
+                    Association(
+                        stack, workload, covariate, float(rho), float(p_value), len(pairs), min(xs), max(xs)
+                    )
+                )
+    return found
+
+
+def notes(runs: list[dict[str, Any]]) -> list[str]:
+    return [association.sentence() for association in associations(runs)]

@@ -1,0 +1,39 @@
+import random
+
+from layerbench import covariates
+
+
+def _runs(times: list[float], reported: list[float | None], stack: str = "tmpfs") -> list[dict[str, object]]:
+    return [
+        {
+            "stack": stack,
+            "workload": "stream-write",
+            "status": "ok",
+            "warmup": 0,
+            "wall_s": wall,
+            "facts": {"memory_reported_kib_before_run": kib},
+        }
+        for wall, kib in zip(times, reported, strict=True)
+    ]
+
+
+def test_a_noisy_cell_whose_times_follow_the_memory_handed_back_is_named_with_the_figures() -> None:
+    reported = [0.0, 200_000, 400_000, 800_000, 1_200_000, 1_600_000, 2_000_000]
+    times = [0.55, 0.64, 1.2, 1.99, 2.4, 3.0, 3.53]
+    [note] = covariates.notes(_runs(times, reported))
+    assert note.startswith("tmpfs/stream-write: its runs took longer the more free memory handed back")
+    assert "Spearman rho +1.00" in note and "7 runs" in note and "0 to 1953 MiB" in note
+
+
+def test_no_note_without_an_association_or_without_noise() -> None:
+    rng = random.Random(7)
+    reported = [rng.uniform(0, 2e6) for _ in range(8)]
+    unrelated = [rng.uniform(0.5, 3.5) for _ in range(8)]
+    assert covariates.notes(_runs(unrelated, reported)) == []  # noisy, but not with the covariate
+    quiet = [1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06]  # follows the covariate, but CV ~2 %
+    assert covariates.notes(_runs(quiet, [0, 1, 2, 3, 4, 5, 6])) == []
+
+
+def test_runs_without_the_figure_or_too_few_are_left_alone() -> None:
+    assert covariates.notes(_runs([1.0, 2.0, 3.0, 4.0, 5.0], [None] * 5)) == []
+    assert covariates.notes(_runs([1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4])) == []
