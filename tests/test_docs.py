@@ -1,6 +1,7 @@
 """The documentation keeps up with the code: every plan key is described, every link resolves."""
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -11,18 +12,22 @@ from layerbench.workloads.base import load_kinds as workload_kinds
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
+PACKAGE = REPO / "layerbench"
 KEY_PAGES = ("plan.md", "layers.md", "workloads.md")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+README_MAX_BYTES = 20_000
+# A table row whose first cell is one name in backticks: | `name` | rest |
+NAMED_ROW = re.compile(r"^\| `([^`]+)` \|(.*)\|\s*$")
 
 
 def _keys() -> list[tuple[str, str]]:
     """(where, key) for every key a plan may hold."""
     keys = [("plan", name) for name in _PlanFile.model_fields if name != "quick"]
     keys += [("stacks.NAME", name) for name in StackSpec.model_fields]
-    for kind, cls in sorted(layer_kinds().items()):
-        keys += [(f"layer {kind}", name) for name in cls.Options.model_fields if name != "kind"]
-    for kind, cls in sorted(workload_kinds().items()):
-        keys += [(f"workload {kind}", name) for name in cls.Options.model_fields if name != "kind"]
+    for kind, layer in sorted(layer_kinds().items()):
+        keys += [(f"layer {kind}", name) for name in layer.Options.model_fields if name != "kind"]
+    for kind, workload in sorted(workload_kinds().items()):
+        keys += [(f"workload {kind}", name) for name in workload.Options.model_fields if name != "kind"]
     return keys
 
 
@@ -69,3 +74,79 @@ def test_readme_links_every_docs_page() -> None:
     assert sorted(DOCS.glob("*.md")), "docs/ holds no page"
     for page in sorted(DOCS.glob("*.md")):
         assert page.resolve() in linked, f"README.md does not link docs/{page.name}"
+
+
+def test_readme_is_short() -> None:
+    size = (REPO / "README.md").stat().st_size
+    assert size <= README_MAX_BYTES, (
+        f"README.md is {size} bytes, more than {README_MAX_BYTES}: move what is not for the first "
+        "five minutes to a page of docs/"
+    )
+
+
+def _section(page: Path, title: str) -> list[str]:
+    """The lines under the level-2 heading `title`, up to the next level-2 heading."""
+    lines = page.read_text().splitlines()
+    heading = f"## {title}"
+    assert heading in lines, f"docs/{page.name} has no heading {heading!r}"
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]
+
+
+def _named_rows(lines: list[str]) -> dict[str, str]:
+    """{name: the rest of its row} for every table row whose first cell is `name`."""
+    rows = {}
+    for line in lines:
+        if match := NAMED_ROW.match(line):
+            rows[match.group(1)] = match.group(2).strip()
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("title", "kinds"),
+    [("Layer kinds", layer_kinds), ("Workload kinds", workload_kinds)],
+    ids=["layers", "workloads"],
+)
+def test_glossary_names_every_registered_kind(title: str, kinds: Callable[[], Mapping[str, object]]) -> None:
+    rows = _named_rows(_section(DOCS / "glossary.md", title))
+    registered = kinds()
+    missing = sorted(set(registered) - set(rows))
+    unknown = sorted(set(rows) - set(registered))
+    assert not missing, f"docs/glossary.md, {title}: no row for {missing}"
+    assert not unknown, f"docs/glossary.md, {title}: {unknown} are no registered kind"
+    for kind, cls in registered.items():
+        summary = getattr(cls, "summary", "")
+        assert rows[kind] == summary, f"docs/glossary.md, {title}: `{kind}`: {rows[kind]!r}, not {summary!r}"
+
+
+def _modules() -> set[str]:
+    """Every module (a .py file but __init__.py) and package (a directory with __init__.py) of
+    layerbench/, relative to it; a package as its directory with a trailing slash."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        relative = path.relative_to(PACKAGE)
+        if path.name != "__init__.py":
+            found.add(relative.as_posix())
+        elif path.parent != PACKAGE:
+            found.add(f"{relative.parent.as_posix()}/")
+    return found
+
+
+def test_layout_names_every_module() -> None:
+    named = set(_named_rows(_section(DOCS / "layout.md", "The package")))
+    missing = sorted(_modules() - named)
+    assert not missing, f"docs/layout.md, The package: no row for {missing}"
+
+
+@pytest.mark.parametrize(
+    ("title", "root"), [("The package", PACKAGE), ("Around the package", REPO)], ids=["package", "around"]
+)
+def test_layout_names_only_what_exists(title: str, root: Path) -> None:
+    for name in _named_rows(_section(DOCS / "layout.md", title)):
+        path = root / name.rstrip("/")
+        what = "directory" if name.endswith("/") else "file"
+        exists = path.is_dir() if name.endswith("/") else path.is_file()
+        assert exists, f"docs/layout.md, {title}: there is no {what} {root.relative_to(REPO) / name}"

@@ -1,5 +1,5 @@
 """What the head asks of a host, and what comes back. Pickled: head and hosts run the same
-layerbench and the same Ray (a fleet is a trusted network, see the README)."""
+layerbench and the same Ray (a fleet is a trusted network, see docs/fleet.md)."""
 
 from dataclasses import dataclass
 from typing import Any, Literal

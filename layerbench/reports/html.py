@@ -269,7 +269,8 @@ def _split_section(data: ReportData, workload: str) -> list[str]:
     body = []
     if splits := data.splits(workload):
         body += [
-            "<p><b>Where the elapsed time went</b> (medians; the parts can overlap: see the README)</p>",
+            "<p><b>Where the elapsed time went</b> (medians; the parts can overlap:"
+            " see docs/counters.md)</p>",
             figure(plots.split_figure([(s.stack, s.bars()) for s in splits]), f"split-{workload}"),
             bullet_list([f"{s.stack}: {s.text()}" for s in splits], "split"),
         ]

@@ -8,7 +8,7 @@ from layerbench import decompose, drift, stats
 from layerbench.reports.base import ReportData, register
 from layerbench.store import run_columns
 
-# 2: every run carries `samples`, its time series (see the README).
+# 2: every run carries `samples`, its time series (see docs/counters.md).
 # 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
 #    equivalence, ci_level (the median's interval), ratio_ci_level and median_ratio.
 # 4: `sentinels` (the drift probes) and `drift` (each part's trend over the experiment);

@@ -97,5 +97,5 @@ def _workload_lines(data: ReportData, workload: str) -> list[str]:
     if why := data.why_lines(workload):
         lines += ["", "Why:", *why]
     if split := data.split_lines(workload):
-        lines += ["", "Where the elapsed time went (medians; see the README):", *split]
+        lines += ["", "Where the elapsed time went (medians; see docs/counters.md):", *split]
     return [*lines, ""]
