@@ -24,6 +24,13 @@ DEFERRED_WORK = {
     "discard": "online discard: deletions turn into discard requests the device works through later",
     "lazytime": "timestamps are written back later",
 }
+# ext4 without a journal does not reuse an inode freed in the last 5 s (300 s while its
+# inode-table block is dirty): a new file's inode search steps past every such inode, so
+# creating many files where many were just deleted costs several times the system time.
+NO_JOURNAL = (
+    "no journal: inodes freed in the last 5-300 s are not reused, so creating files where "
+    "many were just deleted is slow (each trial's directory is placed in a fresh inode group)"
+)
 
 
 def _mb_groups(source: str, block_size: int) -> dict[str, Any] | None:
@@ -111,6 +118,15 @@ def _options(fstype: str, source: str, options: str) -> list[str]:
     return names
 
 
+def has_journal(source: str) -> bool | None:
+    """ext4's journal (None: not ext4, or the kernel does not say)."""
+    try:
+        task = (Path("/sys/fs/ext4") / Path(source).name / "journal_task").read_text().strip()
+    except OSError:
+        return None
+    return task != "<none>"
+
+
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     fstype, source, options = mounts.filesystem_of(path)
     found: dict[str, Any] = {"type": fstype, "source": source, "options": options}
@@ -136,6 +152,8 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             if name.split("=")[0] in DEFERRED_WORK and name != "nodiscard"
         }
     )
+    if fstype == "ext4" and (journal := has_journal(source)) is not None:
+        found["journal"] = journal
     fragmentation = None
     if fstype == "ext4":
         fragmentation = _mb_groups(source, usage.f_frsize) or _e2freefrag(source)
@@ -159,4 +177,6 @@ def summary(state: dict[str, Any]) -> str:
     elif "from" in free:
         parts.append(f"free-space fragmentation {free['from']}")
     parts += [DEFERRED_WORK[name] for name in state.get("deferred_work", [])]
+    if state.get("journal") is False:
+        parts.append(NO_JOURNAL)
     return "; ".join(parts)

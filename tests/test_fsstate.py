@@ -48,3 +48,19 @@ def test_online_discard_is_named(needs_root: None, scratch_root: Path) -> None:
 @pytest.mark.parametrize("options", ["rw,relatime", "rw,nodiscard"])
 def test_options_without_deferred_work(options: str) -> None:
     assert [n for n in options.split(",") if n in fsstate.DEFERRED_WORK] == []
+
+
+def test_ext4_without_a_journal_is_named(needs_root: None, scratch_root: Path) -> None:
+    scratch_root.mkdir(parents=True)
+    image, target = scratch_root / "fs.img", scratch_root / "mnt"
+    target.mkdir()
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    for features, journal in (("^has_journal", False), ("has_journal", True)):
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", features, str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(target)], check=True)
+        try:
+            state = fsstate.describe(target)
+            assert state["journal"] is journal
+            assert ("no journal" in fsstate.summary(state)) is not journal
+        finally:
+            subprocess.run(["umount", "-d", str(target)], check=True)

@@ -163,3 +163,42 @@ def test_clean_says_what_it_cannot_remove_and_keeps_it_journaled(
     finally:
         subprocess.run(["chattr", "-i", str(workdir / "file")], check=True)
     assert f"deleted {workdir}" in Scratch(scratch_root).clean().removed
+
+
+def _inode_flags(path: Path) -> int:
+    import fcntl
+    import struct
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, 0x80086601, struct.pack("i", 0)))[0])
+    finally:
+        os.close(fd)
+
+
+def test_trial_directories_spread_over_inode_groups(needs_root: None, scratch_root: Path) -> None:
+    """On ext4 the trials' parent carries the top-of-hierarchy flag (chattr +T), so each trial's
+    directory lands in an inode group of Orlov's choosing, not among the inodes the previous
+    trial just freed; on a file system without inode flags (tmpfs) nothing fails."""
+    scratch_root.mkdir(parents=True)
+    image, target = scratch_root / "fs.img", scratch_root / "mnt"
+    target.mkdir()
+    subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^flex_bg", "-N", "65536", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(target)], check=True)
+    try:
+        with Scratch(target / "root") as scratch:
+            groups = set()
+            for index in range(6):
+                with scratch.directory("trials", f"t{index}") as workdir:
+                    groups.add(workdir.stat().st_ino // (65536 // 32))  # 32 groups of 2048 inodes
+                    assert _inode_flags(workdir.parent) & 0x00020000
+            assert len(groups) > 1, groups  # a shared group every time is what the flag prevents
+    finally:
+        subprocess.run(["umount", "-d", str(target)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8M", "tmpfs", str(target)], check=True)
+    try:
+        with Scratch(target / "root") as scratch, scratch.directory("trials", "t") as workdir:
+            assert workdir.is_dir()
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
