@@ -68,6 +68,7 @@ class _PlanFile(BaseModel):
     settle: float = Field(default=0.1, ge=0, le=10)  # s of quiet devices before a timed run; 0: none
     settle_timeout: float = Field(default=10.0, gt=0, le=600)  # s: give up waiting (the run says so)
     sentinel: bool = True  # the drift probe between rounds
+    warm_memory: bool = True  # hold what a run takes fresh until it starts (warm_memory.py)
     stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
     workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
     quick: dict[str, Any] = Field(default_factory=dict)
@@ -96,6 +97,7 @@ class Plan(BaseModel):
     settle: float = 0.1
     settle_timeout: float = 10.0
     sentinel: bool = True
+    warm_memory: bool = True
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
     worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
@@ -128,6 +130,7 @@ class Plan(BaseModel):
             "settle": self.settle,
             "settle_timeout": self.settle_timeout,
             "sentinel": self.sentinel,
+            "warm_memory": self.warm_memory,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
@@ -233,7 +236,7 @@ def parse_plan(
         run_reps = min(run_reps, 5)
     keys = (
         *("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence"),
-        *("settle", "settle_timeout", "sentinel"),
+        *("settle", "settle_timeout", "sentinel", "warm_memory"),
     )
     return Plan(
         **{key: getattr(shape, key) for key in keys},

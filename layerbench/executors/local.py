@@ -21,6 +21,7 @@ from layerbench import (
     sentinel,
     settle,
     tracing,
+    warm_memory,
     worlds,
 )
 from layerbench.errors import SetupError, UserError
@@ -67,6 +68,7 @@ class LocalExecutor(Executor):
         self.scratch_disks = settle.scratch_devices(scratch.root)
         self._probes = 0
         self._reported_at_last_run: int | None = None
+        self._warm_wanted = warm_memory.wanted()
 
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
@@ -128,19 +130,28 @@ class LocalExecutor(Executor):
                 world=self.world_dirs.get(trial.stack),
             )
             layers = make_layers(setting.plan.stacks[trial.stack])
+            warm = resources.enter_context(
+                warm_memory.held(
+                    workload.run_memory_bytes() if setting.plan.warm_memory and self._warm_wanted else 0
+                )
+            )
+            clock.lap("warm_memory")
             built = resources.enter_context(build_stack(ctx, layers))
             clock.lap("build")
             failpoints.reached("stack-built")
             devices = built.devices()
             record = self._record(trial.stack, layers, built, devices)
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
+                warm.release()  # the guest's memory is the vm's own
                 settled = self._settle(setting, devices)  # the host's disks hold the guest's
                 counters, prepared = machine.run_elsewhere(built, workload, devices)
                 clock.lap("run")
             else:
                 prepared = workload.prepare(ctx, built, resources)
                 clock.lap("prepare")
-                counters, settled = self._timed(trial, setting, prepared, built, devices, workdir, resources)
+                counters, settled = self._timed(
+                    trial, setting, prepared, built, devices, workdir, resources, warm
+                )
                 clock.lap("run")
                 prepared.facts.update(built.run_facts())
                 prepared.collect()
@@ -164,12 +175,15 @@ class LocalExecutor(Executor):
         devices: list[str],
         workdir: Path,
         resources: contextlib.ExitStack,
+        warm: warm_memory.Held,
     ) -> tuple[measure.RunCounters, settle.Settled]:
         if prepared.drop_caches:
             measure.drop_caches()
         settled = self._settle(setting, devices)
         procs, pressure = self._pressure_group(built, workdir, resources)
         memory = self._memory_before_run()
+        warm.release()  # last: the run's first allocations take these pages back
+        prepared.facts.update(warm.facts())
         traced = setting.workloads[trial.workload].options.trace == "block"
         with tracing.block_trace(self.scratch, workdir) if traced else contextlib.nullcontext() as trace:
             counters = measure.run_timed(

@@ -83,6 +83,7 @@ def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) ->
 _PHASES = {
     "build": "building the stack",
     "prepare": "preparing the workload",
+    "warm_memory": "holding memory warm for the run",
     "around_run": "around the run (caches, settling, counters)",
     "teardown": "tearing down",
 }

@@ -106,6 +106,11 @@ class Workload(ABC, Generic[OptionsT]):
         the smallest file system any stack of the plan makes. Unknown work counts 0."""
         return 0
 
+    def run_memory_bytes(self) -> int:
+        """Memory the timed run takes fresh (the page cache or tmpfs pages of what it puts on
+        the top): held warm for it where the kernel hands free memory back (warm_memory.py)."""
+        return self.data_bytes(None, self.reference_fs_size)
+
     def staging_bytes(self) -> int:
         """Bytes of memory a trial holds besides the stack (a staging tmpfs)."""
         return 0

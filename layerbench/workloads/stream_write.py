@@ -3,6 +3,8 @@
 
 import contextlib
 import os
+import subprocess
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -20,6 +22,11 @@ class StreamWriteOptions(WorkloadOptions):
         default=0.0,
         description="untimed data written first: a fraction of the file system (0-0.95) or a size",
     )
+    # How the fill takes its space: "allocate" (fallocate(2): the blocks or pages are taken,
+    # nothing is copied, so the fill costs no data writes and leaves no page cache to drop;
+    # where the top cannot preallocate, it is written) or "write" (zeros written through the
+    # page cache and synced, as the seed did).
+    fill_with: Literal["allocate", "write"] = "allocate"
     fsync: bool = True  # the final fsync is part of the timed run
     direct: bool = False  # O_DIRECT writes, bypassing the page cache
 
@@ -38,7 +45,7 @@ class StreamWrite(Workload[StreamWriteOptions]):
     kind = "stream-write"
     Options = StreamWriteOptions
     summary = "dd one large file from /dev/zero, fsync'd; optionally onto a pre-filled fs"
-    tools = ("dd", "sync")
+    tools = ("dd", "sync", "fallocate")
     writes = True
 
     def fill_bytes(self, stack: BuiltStack) -> int:
@@ -59,24 +66,32 @@ class StreamWrite(Workload[StreamWriteOptions]):
             fill = int(options.fill * (capacity or reference or 2 * size))
         return size + fill
 
+    def run_memory_bytes(self) -> int:
+        return parse_size(self.options.size)  # the fill is written before, untimed
+
+    def _fill(self, path: "os.PathLike[str]", nbytes: int) -> str:
+        """Take nbytes on the top, untimed; how it was done ("allocate" or "write")."""
+        if self.options.fill_with == "allocate":
+            allocated = subprocess.run(
+                ["fallocate", "-l", str(nbytes), os.fspath(path)], capture_output=True, check=False
+            )
+            if allocated.returncode == 0:
+                return "allocate"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a FUSE daemon or a file system without fallocate(2): write it
+        megabytes = -(-nbytes // 2**20)
+        dd = ["dd", "if=/dev/zero", f"of={os.fspath(path)}", "bs=1M", f"count={megabytes}", "status=none"]
+        system.run(dd, timeout=3600)
+        return "write"
+
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options = self.options
         block = parse_size(options.block_size)
         count = -(-parse_size(options.size) // block)
         fill = self.fill_bytes(stack)
+        filled_with = None
         if fill:
-            fill_file = stack.top / "fill.dat"
-            system.run(
-                [
-                    "dd",
-                    "if=/dev/zero",
-                    f"of={fill_file}",
-                    "bs=1M",
-                    f"count={-(-fill // 2**20)}",
-                    "status=none",
-                ],
-                timeout=3600,
-            )
+            filled_with = self._fill(stack.top / "fill.dat", fill)
             system.run(["sync", "-f", str(stack.top)])
         free = os.statvfs(stack.top)
         if free.f_bavail * free.f_frsize < count * block:
@@ -101,6 +116,6 @@ class StreamWrite(Workload[StreamWriteOptions]):
             cwd=stack.top,
             units=count * block,
             unit="bytes",
-            facts={"fill_bytes": fill},
+            facts={"fill_bytes": fill, "fill_with": filled_with},
             durable_bytes=count * block if options.fsync else None,
         )

@@ -245,3 +245,20 @@ def test_disturbed_runs_are_kept_flagged_and_run_again(needs_root: None, tmp_pat
     # Every run of the pair was flagged: they are all in the statistics (the CPU was the hogs').
     (row,) = [s for s in document["summary"] if s["stack"] == "ram" and s["metric"] == "wall_s"]
     assert row["n"] == len(runs)
+
+
+def test_the_fill_is_allocated_on_every_stack_that_can(experiment: dict[str, Path]) -> None:
+    """ext4 on the disk, a bind mount of it, an ext4 image, a tmpfs and an overlay all take
+    fallocate(2); the fill is stored with each run, how it was taken beside it; and every
+    trial held memory warm where this kernel hands free memory back."""
+    document = json.loads(_report(experiment, "json"))
+    written = [r for r in document["runs"] if r["workload"] == "write" and r["status"] == "ok"]
+    assert {r["stack"] for r in written} == {"disk", "bind", "image", "ram", "union"}
+    for run in written:
+        assert run["facts"]["fill_with"] == "allocate", run["stack"]
+        assert run["facts"]["fill_bytes"] == 64 << 20  # 0.25 of the smallest fs, the 256M image
+    from layerbench import warm_memory
+
+    if warm_memory.wanted():
+        assert all(r["facts"]["warm_memory_bytes"] >= 32 << 20 for r in written)
+        assert all(r["facts"]["phase_warm_memory_s"] >= 0 for r in document["runs"])
