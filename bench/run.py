@@ -9,7 +9,8 @@ Prints, as a Markdown table:
   the caches were dropped as layerbench drops them (the warm-cache figure is shown too);
 - stream-write against `dd conv=fsync` and against `fio` writing the same way (zeros into a
   fresh file, no preallocation, end_fsync) on the same file system, in shuffled rounds
-  after a warm-up round, caches dropped before each;
+  after a warm-up round, caches dropped before each (and, where the kernel hands free memory
+  back to its hypervisor, the run's memory held until it starts, as layerbench holds it);
 - the `fio` workload against the same job run by hand with fio on an identical fresh ext4
   image (4 KiB random reads at queue depth 32, 1 MiB sequential writes): IOPS and p99;
 - extract against plain `tar -xf` (+ `sync -f`) of the same archive, staged on a tmpfs,
@@ -47,7 +48,7 @@ from scipy import stats as scipy_stats
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from layerbench import host, measure  # noqa: E402
+from layerbench import host, measure, warm_memory  # noqa: E402
 from layerbench.archives import builtin_archive  # noqa: E402
 from layerbench.errors import UserError  # noqa: E402
 from layerbench.session import Session  # noqa: E402
@@ -162,6 +163,13 @@ def overhead(session: Session, reps: int) -> list[list[str]]:
     return rows
 
 
+def held_warm(run: int | str) -> contextlib.AbstractContextManager[warm_memory.Held]:
+    """Like for like: a plain tool's run gets the memory a layerbench trial holds for its run
+    (warm_memory.py), where this kernel hands free memory back, released right before it."""
+    run_bytes = parse_size(run) if isinstance(run, str) else run
+    return warm_memory.held(run_bytes if warm_memory.wanted() else 0)
+
+
 def _rounds(rounds: int, contenders: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
     """A warm-up round (discarded), then rounds in shuffled order: drift hits all alike."""
     results: dict[str, list[Any]] = {name: [] for name in contenders}
@@ -231,15 +239,17 @@ def stream_write(session: Session, size: str, rounds: int) -> list[list[str]]:
         return float(measured_runs(data)["write"][0]["throughput"]) / 1e6  # type: ignore[arg-type]
 
     def dd() -> float:
-        with session.scratch.directory("bench", f"dd-{next(serial)}") as target:
+        with session.scratch.directory("bench", f"dd-{next(serial)}") as target, held_warm(size) as warm:
             measure.drop_caches()
+            warm.release()
             argv = ["dd", "if=/dev/zero", f"of={target}/stream.dat", "bs=1M", f"count={count}"]
             seconds = bare([*argv, "conv=fsync", "status=none"])
         return size_bytes / seconds / 1e6
 
     def fio() -> float:
-        with session.scratch.directory("bench", f"fio-{next(serial)}") as target:
+        with session.scratch.directory("bench", f"fio-{next(serial)}") as target, held_warm(size) as warm:
             measure.drop_caches()
+            warm.release()
             done = subprocess.run(
                 # As dd writes: zeros, into a fresh file, no preallocation, one fsync at the end.
                 ["fio", "--name=write", f"--filename={target}/stream.dat", "--rw=write", "--bs=1M",
@@ -288,7 +298,10 @@ def fio_workload(session: Session, size: str, rounds: int) -> list[list[str]]:
                 return float(run[f"{direction}_iops"]), float(run[f"{direction}_clat_p99_ns"])  # type: ignore[arg-type]
 
             def by_hand(job: Path = job, direction: str = direction) -> tuple[float, float]:
-                with scratch.directory("bench", f"fio-image-{next(serial)}") as work:
+                with (
+                    scratch.directory("bench", f"fio-image-{next(serial)}") as work,
+                    held_warm(size_bytes) as warm,
+                ):
                     backing = work / "fs.img"
                     with open(backing, "wb") as handle:
                         handle.truncate(image)
@@ -302,6 +315,7 @@ def fio_workload(session: Session, size: str, rounds: int) -> list[list[str]]:
                         )
                         subprocess.run(["sync", "-f", str(top)], check=True)
                         measure.drop_caches()
+                        warm.release()
                         done = subprocess.run(
                             [*common, "--output-format=json+", str(job)],
                             check=True,
@@ -336,7 +350,7 @@ def extract(session: Session, archive_name: str, rounds: int) -> list[list[str]]
         return float(measured_runs(data)["extract"][0]["wall_s"])  # type: ignore[arg-type]
 
     def tar() -> float:
-        with scratch.directory("bench", f"tar-{next(serial)}") as work:
+        with scratch.directory("bench", f"tar-{next(serial)}") as work, held_warm(archive.bytes) as warm:
             stage = work / "stage"
             stage.mkdir()
             room = f"size={archive.path.stat().st_size + 64 * 2**20}"
@@ -346,6 +360,7 @@ def extract(session: Session, archive_name: str, rounds: int) -> list[list[str]]
                 target = work / "extract"
                 target.mkdir()
                 measure.drop_caches()
+                warm.release()
                 start = time.monotonic()
                 subprocess.run(["tar", "-xf", str(staged), "-C", str(target)], check=True)
                 subprocess.run(["sync", "-f", str(target)], check=True)

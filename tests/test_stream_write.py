@@ -12,13 +12,13 @@ def _workload(**options: object) -> StreamWrite:
 
 def test_an_allocated_fill_takes_the_space_without_writing_it(tmp_path: Path) -> None:
     fill = tmp_path / "fill.dat"
-    assert _workload()._fill(fill, 8 << 20) == "allocate"
+    assert _workload(fill_with="allocate")._fill(fill, 8 << 20) == "allocate"
     assert fill.stat().st_size == 8 << 20 and fill.stat().st_blocks * 512 >= 8 << 20
 
 
 def test_a_written_fill_holds_zeros(tmp_path: Path) -> None:
     fill = tmp_path / "fill.dat"
-    assert _workload(fill_with="write")._fill(fill, 3 << 20) == "write"
+    assert _workload()._fill(fill, 3 << 20) == "write"  # the default
     assert fill.read_bytes() == bytes(3 << 20)
 
 
@@ -27,5 +27,5 @@ def test_a_top_that_cannot_preallocate_is_written(tmp_path: Path) -> None:
     (EOPNOTSUPP): the fill is then written, and says so."""
     fill = tmp_path / "fill.dat"
     os.mkfifo(fill)
-    assert _workload()._fill(fill, 1 << 20) == "write"
+    assert _workload(fill_with="allocate")._fill(fill, 1 << 20) == "write"
     assert fill.is_file() and fill.stat().st_size == 1 << 20

@@ -36,6 +36,7 @@ layers = [{ kind = "overlay" }]
 kind = "stream-write"
 size = "32M"
 fill = 0.25
+fill_with = "allocate"
 [workloads.untar]
 kind = "extract"
 archive = "builtin:small-tree"
