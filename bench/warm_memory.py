@@ -42,7 +42,7 @@ def one(where: str, scratch: Path, hold: bool, idle: float) -> tuple[float, floa
     target = mount if where == "tmpfs" else scratch / "disk"
     target.mkdir(exist_ok=True)
     try:
-        with warm_memory.held(RUN_BYTES if hold else 0) as held:
+        with warm_memory.held(RUN_BYTES if hold else 0, huge=where != "tmpfs") as held:
             if where == "tmpfs":
                 fill = ["dd", "if=/dev/zero", f"of={target / 'fill'}", "bs=1M", "count=1500", "status=none"]
                 subprocess.run(fill, check=True)

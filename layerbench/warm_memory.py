@@ -8,11 +8,14 @@ and 0.31-0.33 s when as much memory had been held since the trial began and was 
 before the run; 1 GiB written into the page cache of the disk's ext4 took 2.2-3.0 s, and
 0.22-0.24 s after a hold in huge pages (a hold in 4 KiB pages did not help it: the page cache
 takes large folios, cut from the 2 MiB blocks that free page reporting hands back whole).
-The cost belongs to the hypervisor, not to any layer, and it lands on a run by chance (how
-long memory sat free before it): so each trial holds, from its start, as much memory as its
-run will take fresh, in huge pages where the kernel gives them, and lets go of it right
-before the timed run, whose allocations then reuse those pages. The hold is the trial's
-`phase_warm_memory_s`, outside the timed run."""
+The other way round, in the default experiment a tmpfs (4 KiB pages) took the cold fragments
+of split 2 MiB blocks first and gained nothing from a hold in huge pages (1.3-1.8 s). The cost belongs to the
+hypervisor, not to any layer, and it lands on a run by chance (how long memory sat free
+before it): so each trial holds, from its start, as much memory as its run will take fresh,
+in the pages the stack's top takes (huge ones where the kernel gives them, 4 KiB ones for a
+top whose layer has `small_pages`), and lets go of it right before the timed run, whose
+allocations then reuse those pages. The hold is the trial's `phase_warm_memory_s`, outside
+the timed run."""
 
 import contextlib
 import mmap
@@ -67,7 +70,7 @@ def _touch(mapping: mmap.mmap, nbytes: int) -> None:
 
 
 @contextlib.contextmanager
-def held(run_bytes: int) -> Iterator[Held]:
+def held(run_bytes: int, *, huge: bool = True) -> Iterator[Held]:
     """Map and touch what a run of `run_bytes` will take fresh, capped at half
     the available memory; always let go on the way out."""
     nbytes = 0
@@ -77,8 +80,12 @@ def held(run_bytes: int) -> Iterator[Held]:
     mapping = None
     if nbytes > 0:
         mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        with contextlib.suppress(AttributeError, OSError):  # no THP: 4 KiB pages still help a tmpfs
-            mapping.madvise(mmap.MADV_HUGEPAGE)
+        if huge:
+            with contextlib.suppress(AttributeError, OSError):  # no THP: small pages, still a help
+                mapping.madvise(mmap.MADV_HUGEPAGE)
+        else:
+            with contextlib.suppress(AttributeError, OSError):
+                mapping.madvise(mmap.MADV_NOHUGEPAGE)
         _touch(mapping, nbytes)
     handle = Held(nbytes if mapping else 0, time.monotonic() - began, mapping)
     try:

@@ -10,9 +10,10 @@ def _rss_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS:"))
 
 
-def test_held_memory_is_resident_until_released() -> None:
+@pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
+def test_held_memory_is_resident_until_released(huge: bool) -> None:
     before = _rss_bytes()
-    with warm_memory.held(64 << 20) as held:
+    with warm_memory.held(64 << 20, huge=huge) as held:
         # 64 MiB with its slack, all of it touched (MAP_POPULATE), not merely reserved
         assert held.nbytes >= 64 << 20
         assert _rss_bytes() - before >= held.nbytes * 0.9

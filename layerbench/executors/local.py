@@ -132,7 +132,8 @@ class LocalExecutor(Executor):
             layers = make_layers(setting.plan.stacks[trial.stack])
             warm = resources.enter_context(
                 warm_memory.held(
-                    workload.run_memory_bytes() if setting.plan.warm_memory and self._warm_wanted else 0
+                    workload.run_memory_bytes() if setting.plan.warm_memory and self._warm_wanted else 0,
+                    huge=not (layers and layers[-1].small_pages),
                 )
             )
             clock.lap("warm_memory")

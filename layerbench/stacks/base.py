@@ -96,6 +96,9 @@ class Layer(ABC, Generic[OptionsT]):
     summary: ClassVar[str] = ""
     tools: ClassVar[tuple[str, ...]] = ()  # external commands it runs
     filesystems: ClassVar[tuple[str, ...]] = ()  # kernel file systems it needs
+    # Its files live in memory pages (4 KiB each), not in a page cache of large folios: what
+    # a run writes on it is held warm in small pages (warm_memory.py).
+    small_pages: ClassVar[bool] = False
 
     def fs_size(self) -> int | None:
         """Size of the file system this layer makes, if it makes one (known before building)."""

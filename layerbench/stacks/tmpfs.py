@@ -20,6 +20,7 @@ class TmpfsLayer(Layer[TmpfsOptions]):
     summary = "a memory file system of a given size (the seed's memory fs)"
     tools = ("mount",)
     filesystems = ("tmpfs",)
+    small_pages = True
 
     def fs_size(self) -> int | None:
         return parse_size(self.options.size)
