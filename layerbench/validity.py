@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layerbench import repeatability, sequential_check, stats
+from layerbench import prediction_check, repeatability, sequential_check, stats
 from layerbench.check import Check
 from layerbench.reports import base as reports
 from layerbench.session import Session
@@ -289,7 +289,7 @@ def stopping_rule_checks(experiments: int) -> list[Check]:
             True,
         )
     )
-    return checks
+    return checks + prediction_check.checks()
 
 
 def _coverage(name: str, truth: str, covered: int, intervals: int, level_sum: float) -> Check:

@@ -194,14 +194,17 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
         row.verdict = f"equivalent (within ±{margin:.0%}): {row.bound}"
     else:
         row.decision = "inconclusive"
-        row.reps_to_decide = _reps_to_decide(row.n, fit.estimate, low, high, margin)
+        row.reps_to_decide = reps_to_decide(row.n, fit.estimate, low, high, margin)
         row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
         wider = f"wider than ±{margin:.0%}" if margin > 0 else "includes 1"
-        more = (
-            f"about {row.reps_to_decide} repetitions would decide it"
-            if row.reps_to_decide
-            else "more repetitions needed"
-        )
+        # "about N" is said where the simulation shows it holds (prediction_check.py: N
+        # decides at least half the time); at the cap it would be a guess.
+        if row.reps_to_decide and row.reps_to_decide < MAX_REPS_SUGGESTED:
+            more = f"about {row.reps_to_decide} repetitions would decide it"
+        elif row.reps_to_decide:
+            more = f"more than {MAX_REPS_SUGGESTED:,} repetitions would be needed"
+        else:
+            more = "more repetitions needed"
         row.verdict = f"inconclusive: [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] is {wider}, {more}"
 
 
@@ -219,7 +222,7 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
 
 
-def _reps_to_decide(n: int, estimate: float, low: float, high: float, margin: float) -> int | None:
+def reps_to_decide(n: int, estimate: float, low: float, high: float, margin: float) -> int | None:
     """Half-widths shrink as 1/sqrt(n): the n at which the interval would clear 1 or fit in
     the margin, whichever comes first. None when unbounded."""
     half = (high - low) / 2
