@@ -93,6 +93,30 @@ def _build(where: "Path | str", *, step: bool, experiments: int = EXPERIMENTS) -
     return where
 
 
+FLEET_ID = "abc123def456"
+FLEET_EFFECTS = {"a": 1.1, "b": 2.5, "c": 1.0}  # stack slow's cost on each host
+
+
+def _build_fleet(where: "Path | str") -> "Path | str":
+    """One fleet of plan "fleety" on hosts a, b, c: slow costs x1.1, x2.5 and nothing."""
+    store = Store(where)
+    hosts = list(FLEET_EFFECTS)
+    store.create_fleet(FLEET_ID, name="fleety", plan_source="plan.toml", reference="a", hosts=hosts)
+    rng = np.random.default_rng(3)
+    for host, effect in FLEET_EFFECTS.items():
+
+        def script(trial: Trial, effect: float = effect) -> dict[str, float]:
+            cost = {"base": 1.0, "same": 1.0, "slow": effect}[trial.stack]
+            return {"wall_s": cost * math.exp(rng.normal(0, 0.01)), "user_s": 0.1, "sys_s": 0.2}
+
+        plan = parse_plan(PLAN.format(name="fleety"), "plan.toml")
+        experiment = Experiment(plan, store, FakeExecutor(script), seed=1, fleet=FLEET_ID, host_name=host)
+        experiment.prepare([])
+        experiment.run()
+    store.close()
+    return where
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -104,7 +128,9 @@ def stores() -> Iterator[dict[str, Path]]:
     root.mkdir(parents=True)
     stepped, flat = _build(root / "stepped.db", step=True), _build(root / "flat.db", step=False)
     assert isinstance(stepped, Path) and isinstance(flat, Path)
-    yield {"stepped": stepped, "flat": flat}
+    fleet = _build_fleet(root / "fleet.db")
+    assert isinstance(fleet, Path)
+    yield {"stepped": stepped, "flat": flat, "fleet": fleet}
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -389,6 +415,52 @@ def test_the_planted_step_is_found_once_in_the_browser(browser: Any, server: dic
     _drain(browser)
 
 
+def test_the_regressions_feed_has_the_planted_step_as_its_one_entry(server: dict[str, Any]) -> None:
+    from xml.etree import ElementTree
+
+    status, headers, body = _get(server["port"], "/regressions.atom")
+    assert status == 200 and headers["content-type"].startswith("application/atom+xml")
+    atom = "{http://www.w3.org/2005/Atom}"
+    feed = ElementTree.fromstring(body)
+    assert feed.tag == f"{atom}feed" and feed.findtext(f"{atom}updated", "").endswith("Z")
+    entries = feed.findall(f"{atom}entry")
+    assert len(entries) == 1
+    title = entries[0].findtext(f"{atom}title", "")
+    assert title.startswith("trendy: slow x w on ") and "(open regression)" in title
+    link = entries[0].find(f"{atom}link")
+    assert link is not None and link.get("href") == f"{server['base']}/compare?a=6&b=7"
+    assert "kernel: 6.1 -> 6.2" in entries[0].findtext(f"{atom}summary", "")
+    assert _get(server["port"], "/regressions.atom?plan=%27%3B%20DROP%20TABLE%20runs")[0] in (400, 404)
+
+
+def test_a_fleet_is_a_heat_map_of_host_by_stack_and_workload(browser: Any, stores: dict[str, Path]) -> None:
+    """Each host a column, each stack x workload a row; a cell's colour is its ratio's band
+    (slow on host a, x1.1: slower; on b, x2.5: much slower; on c, no cost: the same or
+    undecided: the colour follows the verdict), and it opens
+    that host's runs; a fleet id that is not one is a 404 page."""
+    with _serving(str(stores["fleet"])) as (port, _, _):
+        site = {"base": f"http://127.0.0.1:{port}"}
+        _open(browser, site, f"/fleets/{FLEET_ID}")
+        header = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#table-matrix thead th")]
+        assert header == ["stack", "workload", "a", "b", "c"]
+        rows = browser.find_elements(By.CSS_SELECTOR, "#table-matrix tbody tr")
+        cells = {r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td") for r in rows}
+        assert sorted(cells) == ["same", "slow"]
+        shade = {host: cells["slow"][2 + i].get_attribute("class") for i, host in enumerate("abc")}
+        assert shade["b"] == "heat-much-slower" and shade["a"] == "heat-slower", shade
+        assert shade["c"] in ("heat-same", "heat-open"), shade
+        assert cells["slow"][3].text.startswith("x2.")
+        console, _ = _drain(browser)
+        assert [m for m in console if m["level"] in ("SEVERE", "WARNING")] == []
+        cells["slow"][3].find_element(By.TAG_NAME, "a").click()
+        _settle(browser, lambda: urllib.parse.urlsplit(browser.current_url).path.endswith("/runs"))
+        assert "stack=slow" in browser.current_url
+        _drain(browser)
+        for bad in ("zzz", "1 OR 1=1", "x" * 10_000, "ABC"):
+            assert _get(port, "/fleets/" + urllib.parse.quote(bad))[0] == 404, bad
+        assert _get(port, f"/fleets/{FLEET_ID}.json")[0] == 200
+
+
 def test_trend_on_the_command_line_exits_1_on_the_step_and_0_without(stores: dict[str, Path]) -> None:
     stepped = cli("trend", "trendy", "--db", str(stores["stepped"]), "--format", "json", timeout=120)
     assert stepped.returncode == 1, stepped.stderr
@@ -434,4 +506,8 @@ def test_a_postgresql_store_is_browsed_and_its_password_never_shown(postgres_clu
             assert status == expected, path
             assert "s3cret-word" not in body and "serve_browse" in body
         assert _get(port, "/trends?plan=trendy")[0] == 200
+    _build_fleet(with_password)  # a fleet's store on PostgreSQL: its matrix
+    with _serving(with_password) as (port, _, said):
+        status, _, body = _get(port, f"/fleets/{FLEET_ID}")
+        assert status == 200 and 'class="heat-much-slower"' in body and "s3cret-word" not in body
     assert "s3cret-word" not in "".join(said) and "serve_browse" in "".join(said)

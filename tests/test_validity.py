@@ -3,7 +3,7 @@
 import pytest
 from helpers import cli
 
-from layerbench import validity
+from layerbench import prediction_check, validity
 
 
 def test_the_calibration_checks_pass_on_a_small_study() -> None:
@@ -36,8 +36,11 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]
     simulated = [n for n in names if "(simulated" in n]
-    # 3 n x 3 designs x 5 figures, a budget's 3 figures x 2 noises, auto, sensitivity
-    assert len(simulated) == 3 * 3 * 5 + 3 * 2 + 2, simulated
+    # 3 n x 3 designs x 5 figures, a budget's 3 figures x 2 noises, auto, sensitivity, and
+    # "about N repetitions would decide it" per bucket of N
+    assert len(simulated) == 3 * 3 * 5 + 3 * 2 + 2 + len(prediction_check.BUCKETS), simulated
+    predicted = [n for n in simulated if '"about N repetitions would decide it"' in n]
+    assert len(predicted) == len(prediction_check.BUCKETS)
     assert names[-5:] == [
         "PASS  A/A plumbing (real)",
         "PASS  settle A/A (real)",

@@ -160,8 +160,8 @@ def _steps_table(steps: list[trends.Step], opened: list[trends.Step]) -> Table:
     return table
 
 
-def regressions(browser: Browser, query: QueryParams) -> View:
-    """Every real step of every plan (or of one), the open regressions marked."""
+def steps_of(browser: Browser, query: QueryParams) -> tuple[list[trends.Step], list[trends.Step]]:
+    """Every real step of every plan (or of the one the query names), and the open ones."""
     found = checks.filters(query, ("plan",))
     plan = _plan(browser, found)
     every: list[trends.Step] = []
@@ -170,6 +170,13 @@ def regressions(browser: Browser, query: QueryParams) -> View:
         whole = plan_trend(browser, name)
         every += whole.real_steps()
         opened += whole.open_regressions()
+    return every, opened
+
+
+def regressions(browser: Browser, query: QueryParams) -> View:
+    """Every real step of every plan (or of one), the open regressions marked."""
+    found = checks.filters(query, ("plan",))
+    every, opened = steps_of(browser, query)
     table = _steps_table(every, opened)
     context = {"found": found, "plans": trends.plans(browser.store), "open": len(opened)}
     return View("regressions.html", "regressions", [table], context)

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from layerbench.serve import analysis, checks, figures, views
+from layerbench.serve import analysis, checks, feed, figures, views
 from layerbench.serve.views import Browser, View
 from layerbench.store import Store, StoreLost
 
@@ -110,6 +110,11 @@ def _endpoint(templates: Jinja2Templates, handler: Handler) -> Callable[[Request
     return endpoint
 
 
+def _base(request: Request) -> str:
+    """The server's own URL, as the client reached it (the feed's links are absolute)."""
+    return f"{request.url.scheme}://{request.url.netloc}"
+
+
 def _svg(text: str) -> Response:
     return Response(text, media_type="image/svg+xml")
 
@@ -163,11 +168,21 @@ def _routes(browser: Browser, templates: Jinja2Templates) -> list[Route | Mount]
         "/compare": lambda r: analysis.comparison(browser, r.query_params),
         "/trends": lambda r: analysis.trend_view(browser, r.query_params),
         "/regressions": lambda r: analysis.regressions(browser, r.query_params),
+        "/fleets/{ident}": lambda r: views.fleet(
+            browser, checks.fleet_ident(r.path_params["ident"]), r.query_params
+        ),
     }
     routes: list[Route | Mount] = [
         Route("/", lambda r: RedirectResponse("/experiments")),
         Route("/favicon.ico", lambda r: RedirectResponse("/static/favicon.svg", status_code=301)),
         Route("/experiments/{ident}/ratios.svg", lambda r: _svg(figures.ratios(browser.report(ident(r))))),
+        Route(
+            "/regressions.atom",
+            lambda r: Response(
+                feed.atom(*analysis.steps_of(browser, r.query_params), _base(r), str(browser.store.location)),
+                media_type="application/atom+xml",
+            ),
+        ),
         Route(
             "/trends/plot.svg", lambda r: _svg(figures.series(*analysis.series_of(browser, r.query_params)))
         ),

@@ -16,6 +16,7 @@ from starlette.datastructures import QueryParams
 LONGEST_VALUE = 200  # a filter longer than any name the store holds is refused unread
 _ID = re.compile(r"[1-9][0-9]{0,17}")  # below 2**63: every back end's integer column holds it
 FORMATS = ("html", "csv", "json")
+_FLEET = re.compile(r"[0-9a-f]{1,32}")  # a fleet's id: hex, as `run --fleet` makes them
 
 
 class NotFound(Exception):
@@ -31,6 +32,13 @@ def ident(text: str | None, what: str = "experiment") -> int:
         shown = repr(text) if text is None or len(text) <= 40 else repr(text[:40]) + "..."
         raise NotFound(f"no {what} {shown}")  # never a page that echoes a request's 10 KB
     return int(text)
+
+
+def fleet_ident(text: str | None) -> str:
+    if text is None or not _FLEET.fullmatch(text):
+        shown = repr(text) if text is None or len(text) <= 40 else repr(text[:40]) + "..."
+        raise NotFound(f"no fleet {shown}")
+    return text
 
 
 def query_ident(text: str, name: str) -> int:

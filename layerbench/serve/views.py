@@ -123,10 +123,10 @@ def experiments(browser: Browser, query: QueryParams) -> View:
     )
     table = Table("experiments", list(EXPERIMENT_COLUMNS))
     for record in shown:
-        table.add(
-            [record.get(c) for c in EXPERIMENT_COLUMNS],
-            {0: f"/experiments/{record['id']}", 1: "/trends?" + urlencode({"plan": record["name"]})},
-        )
+        links = {0: f"/experiments/{record['id']}", 1: "/trends?" + urlencode({"plan": record["name"]})}
+        if record.get("fleet"):
+            links[2] = f"/fleets/{record['fleet']}"
+        table.add([record.get(c) for c in EXPERIMENT_COLUMNS], links)
     choices = {
         "plan": sorted({str(r["name"]) for r in records}),
         "host": sorted({str(r["host"]) for r in records}),
@@ -214,3 +214,48 @@ def run(browser: Browser, run_id: int, query: QueryParams) -> View:
     line = reports.csh_time_line(record) if record["status"] == "ok" else None
     context = {"run": record, "csh": line}
     return View("run.html", f"run {run_id}", [counters, series], context)
+
+
+def heat(row: Any) -> str:
+    """A cell's class, from its verdict (so the colour never says more than the interval):
+    slower or faster, "much" beyond x2 or x0.5; equivalent is "same"; undecided is "open"."""
+    if row is None or row.ratio is None:
+        return "none"
+    if row.decision == "slower":
+        return "much-slower" if row.ratio >= 2 else "slower"
+    if row.decision == "faster":
+        return "much-faster" if row.ratio <= 0.5 else "faster"
+    return "same" if row.decision == "equivalent" else "open"
+
+
+def fleet(browser: Browser, fleet_id: str, query: QueryParams) -> View:
+    """One fleet: stack x workload (rows) by host (columns), each cell a host's ratio against
+    the baseline with its interval, coloured by its band, linked to that host's runs."""
+    checks.filters(query, ())
+    try:
+        record = browser.store.fleet(fleet_id)
+    except UserError:
+        raise checks.NotFound(f"no fleet {fleet_id!r}") from None
+    hosts = [h for h in record["hosts"] if h in record["experiments"]]
+    datas = {h: browser.report(int(record["experiments"][h]["id"])) for h in hosts}
+    table = Table("matrix", ["stack", "workload", *hosts])
+    classes: list[list[str]] = []
+    first = next(iter(datas.values()), None)
+    for workload in first.workloads if first else []:
+        for stack in first.stacks if first else []:
+            if first is not None and stack == first.experiment.get("baseline"):
+                continue
+            cells: list[Any] = [stack, workload]
+            links: dict[int, str] = {}
+            shades = ["", ""]
+            for column, host in enumerate(hosts, start=2):
+                data, ident = datas[host], int(record["experiments"][host]["id"])
+                row = data.summary(stack, workload, "wall_s")
+                cells.append(reports.fmt_ratio(row) if row is not None and row.ratio is not None else "-")
+                shades.append(heat(row))
+                which = urlencode({"stack": stack, "workload": workload})
+                links[column] = f"/experiments/{ident}/runs?{which}"
+            table.add(cells, links)
+            classes.append(shades)
+    context = {"fleet": record, "hosts": hosts, "classes": classes}
+    return View("fleet.html", f"fleet {fleet_id}: {record['name']}", [table], context)
