@@ -203,3 +203,34 @@ def test_trial_directories_spread_over_inode_groups(needs_root: None, scratch_ro
             assert workdir.is_dir()
     finally:
         subprocess.run(["umount", str(target)], check=True)
+
+
+def test_a_ctrl_c_while_a_trial_directory_is_deleted_still_deletes_it(
+    needs_root: None, scratch_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first Ctrl-C lands wherever the main thread is: here half-way through the tree's
+    removal. The directory is gone anyway, its journal entry closed, and the interrupt goes on."""
+    import layerbench.scratch.resources as resources
+
+    removing = resources.remove_path
+    calls: list[str] = []
+
+    def interrupted_once(target: str, root: Path) -> bool:
+        calls.append(target)
+        if len(calls) == 1:
+            for child in sorted(Path(target).iterdir())[:1]:
+                child.unlink()  # half-way: some of the tree already gone
+            raise KeyboardInterrupt
+        return removing(target, root)
+
+    monkeypatch.setattr(resources, "remove_path", interrupted_once)
+    scratch = Scratch(scratch_root)
+    scratch.lock("test")
+    try:
+        with pytest.raises(KeyboardInterrupt), scratch.directory("trials", "t0") as workdir:
+            for index in range(3):
+                (workdir / f"f{index}").write_text("x")
+        assert not workdir.exists() and len(calls) == 2
+        assert scratch.journal.pending() == []
+    finally:
+        scratch.unlock()

@@ -106,10 +106,28 @@ class Scratch:
             # ExitStack.enter_context), or between a helper's start and its pid reaching us:
             # what still runs in here or is mounted in here is ours, so it goes too, daemons
             # first (a live one could mount after the unmount).
-            resources.stop_processes_under(path)
-            resources.unmount_all_under(path, hurry=self.hurry)
-            resources.remove_path(str(path), self.root)
-            self.journal.done(self._dir_idents.pop(str(path)))
+            self._tear_down(path)
+
+    def _tear_down(self, path: Path) -> None:
+        """Stop, unmount and delete what is under a directory, then close its journal entry.
+        The first Ctrl-C raises KeyboardInterrupt wherever the main thread is, also half-way
+        through deleting a tree: the teardown then starts again (it is idempotent) and the
+        interrupt is raised once it is done, so a stopped run leaves nothing behind. A second
+        Ctrl-C only hurries (lazy unmounts, SIGKILL) and raises nothing, so this ends."""
+        interrupted: KeyboardInterrupt | None = None
+        while True:
+            try:
+                resources.stop_processes_under(path)
+                resources.unmount_all_under(path, hurry=self.hurry)
+                resources.remove_path(str(path), self.root)
+                break
+            except KeyboardInterrupt as exc:
+                if interrupted is not None:
+                    raise
+                interrupted = exc
+        self.journal.done(self._dir_idents.pop(str(path)))
+        if interrupted is not None:
+            raise interrupted
 
     def _trials_parent(self, parent: Path) -> None:
         """Each trial's directory goes into an inode group of its own (ext4's Orlov
