@@ -22,14 +22,14 @@ HOLDS = 0.5  # "about N would decide it" is said where N decides at least this o
 
 
 def _verdict(log_ratios: np.ndarray, margin: float) -> tuple[bool, int | None]:
-    """(decided, N when inconclusive)"""
-    fit = methods.paired_t(log_ratios)
-    low, high, _ = fit.interval(ALPHA)
-    if low > 0 or high < 0:
-        return True, None
-    if math.exp(low) >= 1 - margin and math.exp(high) <= 1 + margin:
-        return True, None
-    return False, stats.reps_to_decide(len(log_ratios), fit.estimate, low, high, margin)
+    """(decided, N when inconclusive), as stats.decide words the row a report prints."""
+    row = stats.Summary(
+        "sim", "sim", "wall_s", len(log_ratios), median=None, mean=None, stdev=None, cv=None,
+        ci_low=None, ci_high=None, ci_level=None, ratio=None, ratio_ci_low=None,
+        ratio_ci_high=None, ratio_ci_level=None, p_value=None, p_adjusted=None, verdict="",
+    )  # fmt: skip
+    stats.decide(row, methods.paired_t(log_ratios), ALPHA, ALPHA, stats.Design(equivalence=margin))
+    return row.decision != "inconclusive", row.reps_to_decide
 
 
 def decided_at_prediction(trials: int = 300, seed: int = 5) -> dict[tuple[int, int], tuple[int, int]]:

@@ -9,9 +9,10 @@ before the run; 1 GiB written into the page cache of the disk's ext4 took 2.2-3.
 0.22-0.24 s after a hold in huge pages (a hold in 4 KiB pages did not help it: the page cache
 takes large folios, cut from the 2 MiB blocks that free page reporting hands back whole).
 The other way round, in the default experiment a tmpfs (4 KiB pages) took the cold fragments
-of split 2 MiB blocks first and gained nothing from a hold in huge pages (1.3-1.8 s). The cost belongs to the
-hypervisor, not to any layer, and it lands on a run by chance (how long memory sat free
-before it): so each trial holds, from its start, as much memory as its run will take fresh,
+of split 2 MiB blocks first and gained nothing from a hold in huge pages (1.3-1.8 s).
+The cost belongs to the hypervisor, not to any layer, and it lands on a run by chance (how
+long memory sat free before it): so each trial holds, from its start, as much memory as its
+run will take fresh,
 in the pages the stack's top takes (huge ones where the kernel gives them, 4 KiB ones for a
 top whose layer has `small_pages`), and lets go of it right before the timed run, whose
 allocations then reuse those pages. The hold is the trial's `phase_warm_memory_s`, outside
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from layerbench import kernelstats
+from layerbench import kernelstats, procfs
 
 # Slack over the run's own data: directories, inodes, the child's own pages.
 _SLACK = 1.1
@@ -39,9 +40,7 @@ def wanted() -> bool:
 
 
 def _available_bytes() -> int:
-    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/meminfo") as handle:
-        return int(next(line for line in handle if line.startswith("MemAvailable:")).split()[1]) * 1024
-    return 0
+    return procfs.available_memory() or 0
 
 
 @dataclass
@@ -80,12 +79,8 @@ def held(run_bytes: int, *, huge: bool = True) -> Iterator[Held]:
     mapping = None
     if nbytes > 0:
         mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if huge:
-            with contextlib.suppress(AttributeError, OSError):  # no THP: small pages, still a help
-                mapping.madvise(mmap.MADV_HUGEPAGE)
-        else:
-            with contextlib.suppress(AttributeError, OSError):
-                mapping.madvise(mmap.MADV_NOHUGEPAGE)
+        with contextlib.suppress(AttributeError, OSError):  # no THP: small pages, still a help
+            mapping.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
         _touch(mapping, nbytes)
     handle = Held(nbytes if mapping else 0, time.monotonic() - began, mapping)
     try:

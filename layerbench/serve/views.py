@@ -230,32 +230,41 @@ def heat(row: Any) -> str:
 
 def fleet(browser: Browser, fleet_id: str, query: QueryParams) -> View:
     """One fleet: stack x workload (rows) by host (columns), each cell a host's ratio against
-    the baseline with its interval, coloured by its band, linked to that host's runs."""
+    the baseline with its interval, coloured by its verdict, linked to that host's runs."""
     checks.filters(query, ())
     try:
         record = browser.store.fleet(fleet_id)
     except UserError:
         raise checks.NotFound(f"no fleet {fleet_id!r}") from None
-    hosts = [h for h in record["hosts"] if h in record["experiments"]]
-    datas = {h: browser.report(int(record["experiments"][h]["id"])) for h in hosts}
-    table = Table("matrix", ["stack", "workload", *hosts])
+    members = {h: int(record["experiments"][h]["id"]) for h in record["hosts"] if h in record["experiments"]}
+    datas = {h: browser.report(ident) for h, ident in members.items()}
+    table = Table("matrix", ["stack", "workload", *members])
     classes: list[list[str]] = []
     first = next(iter(datas.values()), None)
-    for workload in first.workloads if first else []:
-        for stack in first.stacks if first else []:
-            if first is not None and stack == first.experiment.get("baseline"):
-                continue
-            cells: list[Any] = [stack, workload]
-            links: dict[int, str] = {}
-            shades = ["", ""]
-            for column, host in enumerate(hosts, start=2):
-                data, ident = datas[host], int(record["experiments"][host]["id"])
-                row = data.summary(stack, workload, "wall_s")
-                cells.append(reports.fmt_ratio(row) if row is not None and row.ratio is not None else "-")
-                shades.append(heat(row))
-                which = urlencode({"stack": stack, "workload": workload})
-                links[column] = f"/experiments/{ident}/runs?{which}"
-            table.add(cells, links)
-            classes.append(shades)
-    context = {"fleet": record, "hosts": hosts, "classes": classes}
+    cells_of = (
+        []
+        if first is None
+        else [
+            (stack, workload)
+            for workload in first.workloads
+            for stack in first.stacks
+            if stack != first.experiment.get("baseline")
+        ]
+    )
+    for stack, workload in cells_of:
+        which = urlencode({"stack": stack, "workload": workload})
+        rows = [datas[host].summary(stack, workload, "wall_s") for host in members]
+        table.add(
+            [
+                stack,
+                workload,
+                *(reports.fmt_ratio(r) if r is not None and r.ratio is not None else "-" for r in rows),
+            ],
+            {
+                column: f"/experiments/{ident}/runs?{which}"
+                for column, ident in enumerate(members.values(), start=2)
+            },
+        )
+        classes.append(["", "", *(heat(r) for r in rows)])
+    context = {"fleet": record, "hosts": list(members), "classes": classes}
     return View("fleet.html", f"fleet {fleet_id}: {record['name']}", [table], context)
