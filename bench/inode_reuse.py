@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from run import ratio_interval  # noqa: E402
 
-from layerbench import fsstate, measure, mounts, system  # noqa: E402
+from layerbench.linux import mounts, system  # noqa: E402
+from layerbench.observe import fsstate, measure  # noqa: E402
 
 CHILD = REPO / "layerbench" / "workloads" / "_metadata_child.py"
 

@@ -48,11 +48,11 @@ from scipy import stats as scipy_stats
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from layerbench import host, measure, warm_memory  # noqa: E402
-from layerbench.archives import builtin_archive  # noqa: E402
-from layerbench.errors import UserError  # noqa: E402
+from layerbench.content.archives import builtin_archive  # noqa: E402
+from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.core.sizes import format_size, parse_size  # noqa: E402
+from layerbench.observe import host, measure, warm_memory  # noqa: E402
 from layerbench.session import Session  # noqa: E402
-from layerbench.sizes import format_size, parse_size  # noqa: E402
 from layerbench.workloads import fio as fio_kind  # noqa: E402
 
 MODES = {

@@ -67,11 +67,11 @@ import postgres  # noqa: E402
 import psycopg  # noqa: E402
 from helpers import agent_answers, leftovers, leftovers_after, start_agent, stopped_agent  # noqa: E402
 
-from layerbench import procfs  # noqa: E402
-from layerbench.failpoints import POINTS  # noqa: E402
+from layerbench.core.failpoints import POINTS  # noqa: E402
 from layerbench.fleet.requests import Answer, PlanSource, Request  # noqa: E402
+from layerbench.linux import procfs  # noqa: E402
 from layerbench.plan import parse_plan  # noqa: E402
-from layerbench.schedule import schedule  # noqa: E402
+from layerbench.plan.schedule import schedule  # noqa: E402
 from layerbench.stacks.base import load_kinds  # noqa: E402
 
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT, "HUP": signal.SIGHUP}

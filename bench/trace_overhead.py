@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from run import ratio_interval, verdict  # noqa: E402
 
-from layerbench import tracing  # noqa: E402
-from layerbench.errors import UserError  # noqa: E402
+from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.observe import tracing  # noqa: E402
 from layerbench.session import Session  # noqa: E402
 
 FIGURE = {"stream-write": "wall_s", "extract": "wall_s", "randread": "read_iops"}

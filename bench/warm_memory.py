@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from run import ratio_interval  # noqa: E402
 
-from layerbench import kernelstats, measure, warm_memory  # noqa: E402
+from layerbench.observe import kernelstats, measure, warm_memory  # noqa: E402
 
 RUN_BYTES = 1 << 30
 

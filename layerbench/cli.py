@@ -23,26 +23,27 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__, doctor, expansion, footprint, repeatability, validity
-from layerbench.compare import compare, load_side, trends
+from layerbench import __version__
+from layerbench.analysis.compare import compare, load_side, trends
+from layerbench.core.errors import UserError
+from layerbench.core.sizes import parse_size
 from layerbench.cross_experiments import add_parsers as add_browse_parsers
 from layerbench.cross_experiments import cmd_serve, cmd_trend
-from layerbench.errors import UserError
-from layerbench.executors.base import TrialResult
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH
-from layerbench.plan import Plan, load_plan
+from layerbench.plan import Plan, expansion, footprint, load_plan
 from layerbench.reports import base as reports
 from layerbench.reports import comparison as comparison_formats
 from layerbench.reports import csv_export
 from layerbench.reports import history as history_formats
 from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
+from layerbench.selftest import doctor, repeatability, validity
 from layerbench.session import MountNamespace, Session, require_root
-from layerbench.sizes import parse_size
 from layerbench.stacks.base import Layer, LayerOptions
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 from layerbench.store import Location, NoResults, Store, StoreLost, locate, migrate
+from layerbench.store.records import TrialResult
 from layerbench.workloads.base import Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
@@ -549,7 +550,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _compare_fleet(args: argparse.Namespace) -> int:
-    from layerbench.compare import compare_fleet
+    from layerbench.analysis.compare import compare_fleet
 
     record, comparisons = compare_fleet(args.db, args.fleet)
     render = comparison_formats.FORMATS[args.format]

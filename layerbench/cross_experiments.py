@@ -8,7 +8,7 @@ import socket
 import sys
 from typing import Any
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.store import Location, Store
 
 LOOPBACK = "127.0.0.1"
@@ -76,7 +76,7 @@ def _check_free(bind: str, port: int) -> None:
 
 def cmd_trend(args: argparse.Namespace) -> int:
     """Exit 1 when a regression is open in the series shown, 0 otherwise."""
-    from layerbench import trend
+    from layerbench.analysis import trend
 
     store = Store(args.db, read_only=True)
     try:

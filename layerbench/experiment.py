@@ -10,12 +10,15 @@ import random
 import time
 from collections.abc import Callable
 
-from layerbench import __version__, adaptive, footprint, sentinel, sequential, stats
-from layerbench.errors import UserError
-from layerbench.executors.base import Executor, HostLost, Setting, TrialResult
-from layerbench.plan import Plan, parse_plan
-from layerbench.schedule import Trial, schedule
+from layerbench import __version__, stats
+from layerbench.core.errors import UserError
+from layerbench.executors.base import Executor, HostLost, Setting
+from layerbench.observe import sentinel
+from layerbench.plan import Plan, footprint, parse_plan
+from layerbench.plan.schedule import Trial, schedule
+from layerbench.stats import adaptive, sequential
 from layerbench.store import Store, StoreLost, now
+from layerbench.store.records import TrialResult
 from layerbench.workloads.base import Workload, WorkloadOptions
 from layerbench.workloads.base import make_workloads as _make_workloads
 

@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from layerbench import namespace
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.executors.base import Executor
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import Experiment
+from layerbench.linux import namespace
 from layerbench.plan import parse_plan
 from layerbench.reports import base as reports
 from layerbench.scratch import Scratch, check_root

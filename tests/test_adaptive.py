@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
-from layerbench import adaptive
+from layerbench.stats import adaptive
 
 
 def _runs(values: dict[str, list[float]]) -> list[dict]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import archives
+from layerbench.content import archives
 from layerbench.plan import parse_plan
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from layerbench.compare import Side, compare, flatten, host_differences
-from layerbench.sentinel import Sample
+from layerbench.analysis.compare import Side, compare, flatten, host_differences
+from layerbench.observe.sentinel import Sample
 
 
 def _runs(stack: str, workload: str, walls: list[float]) -> list[dict]:

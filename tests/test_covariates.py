@@ -1,6 +1,6 @@
 import random
 
-from layerbench import covariates
+from layerbench.analysis import covariates
 
 
 def _runs(times: list[float], reported: list[float | None], stack: str = "tmpfs") -> list[dict[str, object]]:

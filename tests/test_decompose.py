@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from layerbench import decompose, explain, stats
+from layerbench import stats
+from layerbench.analysis import decompose, explain
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kernel-runs-2026-12-01.json"
 

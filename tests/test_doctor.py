@@ -6,8 +6,8 @@ from pathlib import Path
 
 from helpers import cli
 
-from layerbench import doctor
 from layerbench.plan import parse_plan
+from layerbench.selftest import doctor
 
 BIG = """
 name = "big"

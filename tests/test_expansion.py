@@ -2,9 +2,8 @@
 
 import pytest
 
-from layerbench import expansion
-from layerbench.errors import UserError
-from layerbench.plan import parse_plan
+from layerbench.core.errors import UserError
+from layerbench.plan import expansion, parse_plan
 
 HEAD = """
 name = "expand"

@@ -3,7 +3,8 @@ of this machine (zlib built in a chroot through bindfs vs the plain disk)."""
 
 from typing import Any
 
-from layerbench import explain, stats
+from layerbench import stats
+from layerbench.analysis import explain
 
 KEYS = ("wall_s", "user_s", "sys_s", "cpu_pct", "majflt", "minflt", "nvcsw", "nivcsw", "inblock", "oublock")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.plan import parse_plan
 from layerbench.workloads import fio
 

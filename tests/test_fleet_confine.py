@@ -111,7 +111,7 @@ def _listening(address: tuple[str, int]) -> bool:
 
 
 def test_credentials_are_refused_when_others_could_read_them(tmp_path: Path) -> None:
-    from layerbench.errors import UserError
+    from layerbench.core.errors import UserError
     from layerbench.fleet import credentials
 
     made = credentials.create(tmp_path / "fleet")

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from helpers import cli, one_line_error
 
-from layerbench import footprint, procfs
-from layerbench.errors import UserError
-from layerbench.plan import load_plan, parse_plan
+from layerbench.core.errors import UserError
+from layerbench.linux import procfs
+from layerbench.plan import footprint, load_plan, parse_plan
 
 GiB = 2**30
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from helpers import TEST_ROOT
 
-from layerbench import fsstate
+from layerbench.observe import fsstate
 
 
 def test_the_scratch_roots_file_system_is_described() -> None:

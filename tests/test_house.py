@@ -61,3 +61,61 @@ def test_the_package_has_no_import_cycle() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+# The package's layers, bottom to top: a module may import its own layer and those below it,
+# never one above (docs/layout.md shows the same order). A module is in the layer of its
+# longest listed prefix; the guest's agent runs trials, so it sits with the executors.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("the core: the version, errors, sizes, failpoints, metrics", ("layerbench.core",)),
+    ("the operating system", ("layerbench.linux",)),
+    ("the scratch root", ("layerbench.scratch",)),
+    ("content: archives, sources, worlds", ("layerbench.content",)),
+    ("statistics", ("layerbench.stats",)),
+    ("observing a run", ("layerbench.observe",)),
+    ("the guest machine", ("layerbench.guest",)),
+    ("stacks", ("layerbench.stacks",)),
+    ("workloads", ("layerbench.workloads",)),
+    ("the plan", ("layerbench.plan",)),
+    ("the store", ("layerbench.store",)),
+    ("running trials", ("layerbench.executors", "layerbench.guest.agent")),
+    ("analysis of stored runs", ("layerbench.analysis",)),
+    ("reports", ("layerbench.reports",)),
+    ("a run session", ("layerbench.experiment", "layerbench.session")),
+    ("the fleet", ("layerbench.fleet",)),
+    ("the selftest", ("layerbench.selftest",)),
+    ("the results browser", ("layerbench.serve", "layerbench.cross_experiments")),
+    ("the command line", ("layerbench.cli", "layerbench.__main__")),
+]
+
+
+def _layer_of(module: str) -> int:
+    """The index of the module's layer in LAYERS; -1 for a module no layer lists."""
+    if module == "layerbench":  # the bare package: only the version
+        return 0
+    best, where = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, where = len(prefix), index
+    return where
+
+
+def test_every_module_has_a_layer_and_no_layer_imports_one_above_it() -> None:
+    modules = _modules()
+    upward = []
+    for name, tree in modules.items():
+        layer = _layer_of(name)
+        assert layer >= 0, f"{name} is in no layer: add it to LAYERS (and to docs/layout.md)"
+        for imported in _imports(tree, set(modules)):
+            if (above := _layer_of(imported)) > layer:
+                upward.append(f"{name} ({LAYERS[layer][0]}) imports {imported} ({LAYERS[above][0]})")
+    assert upward == []
+
+
+def test_the_layer_order_test_sees_an_upward_import() -> None:
+    tree = ast.parse("from layerbench.reports import base\n")
+    assert _layer_of("layerbench.observe.measure") < _layer_of("layerbench.reports.base")
+    assert _layer_of("layerbench.guest.machine") < _layer_of("layerbench.guest.agent")
+    assert _layer_of("layerbench.flat_module") == -1
+    assert _imports(tree, {"layerbench.reports.base"}) == {"layerbench.reports.base"}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import cgroups, kernelstats, measure, settle
+from layerbench.linux import cgroups
+from layerbench.observe import kernelstats, measure, settle
 from layerbench.scratch import Scratch
 
 HAS_PSI = Path("/proc/pressure/io").exists()

@@ -5,7 +5,7 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.plan import parse_plan
 from layerbench.stacks.limits import LimitsLayer, LimitsOptions, parse_cpu_list
 

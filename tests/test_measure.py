@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import measure
+from layerbench.observe import measure
 
 
 def test_children_are_counted_by_wait4(tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def test_missing_program(tmp_path: Path) -> None:
 
 
 def test_device_counters_see_a_synced_write(needs_root: None, tmp_path: Path) -> None:
-    from layerbench.mounts import devices_under
+    from layerbench.linux.mounts import devices_under
 
     devices = devices_under("/var/tmp")
     target = Path("/var/tmp") / f"layerbench-measure-{tmp_path.name}"
@@ -94,7 +94,7 @@ def test_a_few_milliseconds_of_helper_work_are_not_read_as_zero(tmp_path: Path) 
     import subprocess
     import sys
 
-    from layerbench import procfs
+    from layerbench.linux import procfs
 
     work = (
         "import sys, time\n"
@@ -131,7 +131,7 @@ def test_helper_cpu_from_the_group_counts_threads_that_exited(needs_root: None, 
     import subprocess
     import sys
 
-    from layerbench import cgroups
+    from layerbench.linux import cgroups
 
     tree = cgroups.pressure_hierarchy()
     if tree is None:
@@ -175,7 +175,7 @@ def test_moving_the_child_into_its_groups_is_not_timed(
 ) -> None:
     """The child is put into its control groups before the clock starts: a move that takes
     300 ms (the kernel's cgroup lock can take milliseconds) adds nothing to the run's time."""
-    from layerbench import cgroups
+    from layerbench.linux import cgroups
 
     def slow_place(pids: list[int], procs: Path) -> None:
         import time

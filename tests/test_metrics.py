@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import metrics, stats
+from layerbench import stats
+from layerbench.core import metrics
 from layerbench.reports import base as reports
 from layerbench.reports import json_export
 from layerbench.store import Store
@@ -41,7 +42,7 @@ def test_every_registered_metric_has_one_definition() -> None:
     assert set(metrics.headline()) <= set(names) and "wall_s" in metrics.headline()
     # Every column is measured for every run (a field of its counters) or reported by a
     # workload (its Prepared.metrics), never both.
-    from layerbench.measure import RunCounters
+    from layerbench.observe.measure import RunCounters
 
     fields = {f.name for f in dataclasses.fields(RunCounters)}
     reported = set(metrics.reported())

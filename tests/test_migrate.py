@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO, cli
 from sqlalchemy import inspect, text
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.reports import base as reports
 from layerbench.store import Store, migrate, schema
 

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from layerbench import mounts
+from layerbench.linux import mounts
 
 
 def test_mountinfo_parses_and_root_is_found() -> None:

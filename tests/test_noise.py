@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import measure, noise
+from layerbench.observe import measure, noise
 
 
 def test_the_timed_run_is_pinned_and_the_harness_is_not(tmp_path: Path) -> None:

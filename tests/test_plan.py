@@ -1,6 +1,6 @@
 import pytest
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.plan import load_plan, parse_plan
 
 GOOD = """
@@ -134,7 +134,7 @@ def test_missing_plan_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_vm_and_churn_options_are_validated() -> None:
-    from layerbench.errors import UserError
+    from layerbench.core.errors import UserError
     from layerbench.plan import parse_plan
 
     base = 'name = "x"\n[workloads.w]\nkind = "churn"\n[stacks.v]\nlayers = [{ kind = "vm", %s }]\n'

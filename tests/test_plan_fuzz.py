@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layerbench import cli
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.plan import parse_plan
 
 VALID: dict[str, object] = {

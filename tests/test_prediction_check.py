@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from layerbench import prediction_check, stats
+from layerbench import stats
+from layerbench.selftest import prediction_check
 from layerbench.stats import methods
 
 

@@ -3,7 +3,7 @@
 import subprocess
 import time
 
-from layerbench import procfs
+from layerbench.linux import procfs
 
 
 def test_descendants_are_found_below_a_process_grandchildren_included() -> None:

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from layerbench import measure, sampling
-from layerbench.mounts import devices_under
+from layerbench.linux.mounts import devices_under
+from layerbench.observe import measure, sampling
 
 
 def test_samples_cover_the_run_every_100ms(tmp_path: Path) -> None:

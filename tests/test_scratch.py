@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import mounts
-from layerbench.errors import SetupError, UserError
+from layerbench.core.errors import SetupError, UserError
+from layerbench.linux import mounts
 from layerbench.scratch import MARKER, Journal, Scratch, check_root
 
 

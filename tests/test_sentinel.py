@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import drift, sentinel
+from layerbench.analysis import drift
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
+from layerbench.observe import sentinel
+from layerbench.observe.sentinel import Sample
 from layerbench.plan import parse_plan
-from layerbench.sentinel import Sample
 from layerbench.store import Store
 
 

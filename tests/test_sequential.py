@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layerbench import sequential, stats
+from layerbench import stats
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
+from layerbench.plan.schedule import Trial
 from layerbench.reports import base as reports
-from layerbench.schedule import Trial
+from layerbench.stats import sequential
 from layerbench.store import Store
 
 PLAN = """
@@ -97,7 +98,7 @@ def test_a_spent_budget_stops_the_rounds(tmp_path: Path) -> None:
 
 
 def test_a_budget_and_auto_reps_are_refused_together() -> None:
-    from layerbench.errors import UserError
+    from layerbench.core.errors import UserError
 
     text = PLAN.format(budget="8m").replace("reps = 5", 'reps = "auto"')
     with pytest.raises(UserError, match='reps = "auto" adds rounds its own way'):
@@ -106,7 +107,7 @@ def test_a_budget_and_auto_reps_are_refused_together() -> None:
 
 @pytest.mark.parametrize("bad", ["8", "8 m", "-1m", "8d", "eight"])
 def test_a_bad_budget_names_the_key(bad: str) -> None:
-    from layerbench.errors import UserError
+    from layerbench.core.errors import UserError
 
     with pytest.raises(UserError, match=r"plan\.toml: budget"):
         parse_plan(PLAN.format(budget=bad), "plan.toml")

@@ -29,7 +29,7 @@ from layerbench.cross_experiments import exposure
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 from layerbench.store import Store, locate
 
 webdriver = pytest.importorskip("selenium.webdriver")

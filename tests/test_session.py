@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.scratch import Scratch
 from layerbench.session import STOPPING, RecoveryIncomplete, Session
 from layerbench.store import Store

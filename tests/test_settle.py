@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helpers import TEST_ROOT
 
-from layerbench import settle
+from layerbench.observe import settle
 
 
 def _disks() -> list[str]:

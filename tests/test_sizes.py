@@ -1,6 +1,6 @@
 import pytest
 
-from layerbench.sizes import format_size, parse_size
+from layerbench.core.sizes import format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from layerbench import mounts
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
+from layerbench.linux import mounts
 from layerbench.plan import parse_plan
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import BuildContext, build_stack, make_layers

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from layerbench import stats, validity
+from layerbench import stats
 from layerbench.reports.base import csh_elapsed
+from layerbench.selftest import validity
 from layerbench.stats import family, intervals, methods
 
 

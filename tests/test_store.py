@@ -10,7 +10,7 @@ import pytest
 from helpers import new_experiment, run_row
 from sqlalchemy import text
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.store import Store
 
 
@@ -56,7 +56,7 @@ def test_a_running_experiment_of_another_machine_is_left_alone(store_location: s
 
 
 def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> None:
-    from layerbench.sentinel import Sample
+    from layerbench.observe.sentinel import Sample
 
     store = Store(store_location)
     ident = _experiment(store)

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 from layerbench.store import Store, StoreLost
 
 PLAN = """

@@ -18,7 +18,7 @@ from helpers import cli, new_experiment, one_line_error, run_row
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from layerbench import metrics
+from layerbench.core import metrics
 from layerbench.store import Store, migrate
 
 LANDED = Path(__file__).parent / "fixtures" / "landed-main-2026-12-01.db"  # before migrations

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import leftovers
 
-from layerbench import cgroups, measure
-from layerbench.errors import SetupError, UserError
+from layerbench.core.errors import SetupError, UserError
+from layerbench.linux import cgroups
+from layerbench.observe import measure
 from layerbench.plan import parse_plan
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import BuildContext, build_stack, make_layers

@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 
 from layerbench import stats
-from layerbench.trend import MARGIN, MIN_SEGMENT, Point, Series, Step, Trend, change_points, find_steps
+from layerbench.analysis.trend import (
+    MARGIN,
+    MIN_SEGMENT,
+    Point,
+    Series,
+    Step,
+    Trend,
+    change_points,
+    find_steps,
+)
 
 
 def _noisy(levels: list[float], seed: int = 1, noise: float = 0.02) -> list[float]:

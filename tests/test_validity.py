@@ -3,7 +3,7 @@
 import pytest
 from helpers import cli
 
-from layerbench import prediction_check, validity
+from layerbench.selftest import prediction_check, validity
 
 
 def test_the_calibration_checks_pass_on_a_small_study() -> None:
@@ -57,7 +57,8 @@ def test_the_sequential_simulation_fails_a_design_that_looks_at_full_alpha(
 ) -> None:
     """Each look at the whole alpha (no share): the false-alarm check must catch it (17 %
     of A/A experiments had one here); the design as built passes the same study."""
-    from layerbench import sequential, sequential_check
+    from layerbench.selftest import sequential_check
+    from layerbench.stats import sequential
 
     own_noise = sequential_check.NOISES[:1]
     assert all(c.passed for c in sequential_check.checks(150, noises=own_noise))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from layerbench import warm_memory
+from layerbench.observe import warm_memory
 
 
 def _rss_bytes() -> int:

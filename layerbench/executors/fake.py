@@ -5,12 +5,13 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from layerbench import metrics
-from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
-from layerbench.measure import RunCounters
-from layerbench.schedule import Trial
+from layerbench.core import metrics
+from layerbench.executors.base import Executor, Setting
+from layerbench.observe.measure import RunCounters
+from layerbench.plan.schedule import Trial
 from layerbench.stacks.base import make_layers
 from layerbench.store import now
+from layerbench.store.records import StackRecord, TrialResult
 
 Script = Callable[[Trial], dict[str, Any]]
 SentinelScript = Callable[[int], dict[str, float]]  # the probe's number -> each part's seconds

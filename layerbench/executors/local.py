@@ -10,28 +10,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from layerbench import (
-    cgroups,
+from layerbench.content import worlds
+from layerbench.core import failpoints, metrics
+from layerbench.core.errors import SetupError, UserError
+from layerbench.executors.base import Executor, Setting
+from layerbench.linux import cgroups
+from layerbench.observe import (
     durability,
-    failpoints,
     host,
     kernelstats,
     measure,
-    metrics,
     sentinel,
     settle,
     tracing,
     warm_memory,
-    worlds,
 )
-from layerbench.errors import SetupError, UserError
-from layerbench.executors.base import Executor, Setting, StackRecord, TrialResult
-from layerbench.guest import machine
 from layerbench.plan import Plan
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, BuiltStack, build_stack, make_layers
 from layerbench.store import now
+from layerbench.store.records import StackRecord, TrialResult
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions
 
 
@@ -145,7 +144,7 @@ class LocalExecutor(Executor):
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
                 warm.release()  # the guest's memory is the vm's own
                 settled = self._settle(setting, devices)  # the host's disks hold the guest's
-                counters, prepared = machine.run_elsewhere(built, workload, devices)
+                counters, prepared = _run_in_guest(built, workload, devices)
                 clock.lap("run")
             else:
                 prepared = workload.prepare(ctx, built, resources)
@@ -280,3 +279,22 @@ class LocalExecutor(Executor):
         finally:
             for ident in idents:
                 self.scratch.journal.done(ident)
+
+
+def _run_in_guest(built: Any, workload: Any, host_devices: list[str]) -> tuple[measure.RunCounters, Prepared]:
+    """The rest of a trial whose stack has a vm layer: the layers above it and the workload
+    run in the guest. Returns the counters and a Prepared carrying units and facts."""
+    archive = workload.__dict__.get("archive") if hasattr(workload, "archive") else None
+    if hasattr(workload, "archive") and archive is None:
+        archive = workload.archive
+    request = {
+        "layers": [layer.options.model_dump(warnings=False) for layer in built.rest],
+        "first_index": len(built.parts) + 1,
+        "workload": {"name": workload.name, "options": workload.options.model_dump(warnings=False)},
+        "archive": {**archive.__dict__, "path": str(archive.path)} if archive else None,
+        "reference_fs_size": workload.reference_fs_size,
+        "timeout": workload.options.timeout,
+    }
+    result = built.elsewhere.run(request, host_devices, workload.options.timeout)
+    prepared = Prepared(argv=[], cwd=built.top, units=result.units, unit=result.unit, facts=result.facts)
+    return result.counters, prepared

@@ -12,7 +12,7 @@ simulated.py   a host that only pretends (FakeExecutor): the fleet's logic at a 
 coordinator.py on the head: one experiment per host, each in its own thread, runs stored as
                they end; a lost host's experiment is interrupted, never moved
 
-The trial itself runs through HostExecutor (executors/fleet.py): the experiment on the head
+The trial itself runs through HostExecutor (fleet/executor.py): the experiment on the head
 decides what runs next, exactly as it does for a local run.
 """
 

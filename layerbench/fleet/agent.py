@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.executors.base import Setting
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import make_workloads

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 
 PARENT = "layerbench-fleet"
 

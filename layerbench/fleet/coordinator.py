@@ -13,13 +13,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from layerbench.errors import UserError
-from layerbench.executors.base import HostLost, TrialResult
-from layerbench.executors.fleet import HostExecutor
+from layerbench.core.errors import UserError
+from layerbench.executors.base import HostLost
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH, hosts
+from layerbench.fleet.executor import HostExecutor
 from layerbench.plan import Plan
 from layerbench.store import Store
+from layerbench.store.records import TrialResult
 
 # host name, trial, trials to do, the result (None: the trial starts)
 FleetProgress = Callable[[str, Trial, int, TrialResult | None], None]

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 
 DEFAULT = Path.home() / ".config" / "layerbench" / "fleet"
 TOKEN = "token"

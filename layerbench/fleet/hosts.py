@@ -26,7 +26,7 @@ from typing import Any
 import ray
 from ray.exceptions import AuthenticationError
 
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
 from layerbench.fleet import confine
 from layerbench.fleet.credentials import Credentials
 from layerbench.fleet.remote import RESOURCE_PREFIX

@@ -120,7 +120,7 @@ def describe_node(scratch: str) -> dict:
     import shutil
     from pathlib import Path
 
-    from layerbench import host
+    from layerbench.observe import host
 
     place = Path(scratch)
     while not place.exists():

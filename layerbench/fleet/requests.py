@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from layerbench.plan import Plan, parse_plan
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 
 Operation = Literal["check", "describe", "sentinel", "run"]
 

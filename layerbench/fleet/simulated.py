@@ -10,7 +10,7 @@ from layerbench.executors.base import Setting
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import make_workloads
 from layerbench.fleet.requests import Answer, Request
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 
 
 def _script(trial: Trial) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from layerbench import measure
-from layerbench.archives import Archive
-from layerbench.errors import SetupError, UserError
+from layerbench.content.archives import Archive
+from layerbench.core.errors import SetupError, UserError
+from layerbench.observe import measure
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import BuildContext, build_stack, load_kinds
 from layerbench.workloads.base import load_kinds as load_workload_kinds

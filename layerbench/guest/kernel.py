@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerbench import system
-from layerbench.cache import CACHE_DIR
-from layerbench.errors import SetupError, UserError
+from layerbench.content.cache import CACHE_DIR
+from layerbench.core.errors import SetupError, UserError
+from layerbench.linux import system
 
 # The guest needs virtio-mmio devices (microvm), its disk, ext4 and the host's root over 9p.
 WANTED_MODULES = (

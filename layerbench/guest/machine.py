@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerbench import measure, procfs, system
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
 from layerbench.guest import kernel
+from layerbench.linux import procfs, system
+from layerbench.observe import measure
 from layerbench.scratch import Scratch
 
 QEMU = "qemu-system-x86_64"
@@ -350,24 +351,3 @@ class GuestTrial:
             if time.monotonic() > deadline:
                 raise SetupError(f"the guest did not {what} within {seconds:.0f}s")
             time.sleep(0.01)
-
-
-def run_elsewhere(built: Any, workload: Any, host_devices: list[str]) -> tuple[measure.RunCounters, Any]:
-    """The rest of a trial whose stack has a vm layer: the layers above it and the workload
-    run in the guest. Returns the counters and a Prepared carrying units and facts."""
-    from layerbench.workloads.base import Prepared
-
-    archive = workload.__dict__.get("archive") if hasattr(workload, "archive") else None
-    if hasattr(workload, "archive") and archive is None:
-        archive = workload.archive
-    request = {
-        "layers": [layer.options.model_dump(warnings=False) for layer in built.rest],
-        "first_index": len(built.parts) + 1,
-        "workload": {"name": workload.name, "options": workload.options.model_dump(warnings=False)},
-        "archive": {**archive.__dict__, "path": str(archive.path)} if archive else None,
-        "reference_fs_size": workload.reference_fs_size,
-        "timeout": workload.options.timeout,
-    }
-    result = built.elsewhere.run(request, host_devices, workload.options.timeout)
-    prepared = Prepared(argv=[], cwd=built.top, units=result.units, unit=result.unit, facts=result.facts)
-    return result.counters, prepared

@@ -9,24 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import (
-    adaptive,
-    covariates,
-    decompose,
-    durability,
-    explain,
-    fsstate,
-    metrics,
-    noise,
-    sentinel,
-    sequential,
-    stats,
-    tracing,
-)
+from layerbench import stats
+from layerbench.analysis import covariates, decompose, explain
+from layerbench.core import metrics
+from layerbench.core.sizes import format_size
 from layerbench.guest import notes as guest_notes
+from layerbench.observe import durability, fsstate, noise, sentinel, tracing
 from layerbench.reports import host_state
-from layerbench.sizes import format_size
-from layerbench.stats import marginal
+from layerbench.stats import adaptive, marginal, sequential
 from layerbench.store import Store
 from layerbench.workloads.base import LatencyCdf, Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
@@ -119,11 +109,11 @@ class ReportData:
         return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]), None)
 
     def why_lines(self, workload: str) -> list[str]:
-        """The "why" read-out for each stack that differs significantly (see explain.py)."""
+        """The "why" read-out for each stack that differs significantly (see analysis/explain.py)."""
         return explain.why_lines(self.summaries, self.baseline, self.stacks, workload, self.measured)
 
     def splits(self, workload: str) -> list[decompose.Split]:
-        """Each stack's median elapsed time, part by part (see decompose.py), where the host
+        """Each stack's median elapsed time, part by part (see analysis/decompose.py), where the host
         measured the kernel's parts."""
         found = [decompose.split(self.summaries, stack, workload) for stack in self.stacks]
         kernel = decompose.KERNEL_METRICS

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from layerbench import stats
-from layerbench.compare import Comparison
+from layerbench.analysis.compare import Comparison
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
 from layerbench.reports.html import bullet_list, figure, page, table

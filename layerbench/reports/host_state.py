@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import drift, sentinel
-from layerbench.sizes import format_size
+from layerbench.analysis import drift
+from layerbench.core.sizes import format_size
+from layerbench.observe import sentinel
 
 
 def settle_rows(runs: list[dict[str, Any]]) -> list[list[str]]:

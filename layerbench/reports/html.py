@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import decompose, tracing
+from layerbench.analysis import decompose
+from layerbench.core.sizes import format_size
+from layerbench.observe import tracing
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import (
     ReportData,
@@ -19,7 +21,6 @@ from layerbench.reports.base import (
     register,
     stack_table,
 )
-from layerbench.sizes import format_size
 
 STYLE = """
 body { font-family: 'DejaVu Sans', sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
@@ -243,7 +244,7 @@ def _tables_section(data: ReportData) -> list[str]:
             f"<h3>workload {html.escape(workload)}</h3>",
             table(header, rows, [r[3].split()[0] for r in rows]),
         ]
-        why = data.why_lines(workload)  # the read-out of explain.py
+        why = data.why_lines(workload)  # the read-out of analysis/explain.py
         if why:
             body += ["<p><b>Why</b></p>", bullet_list(why, "why")]
         if steps := marginal_table(data, workload):

@@ -4,7 +4,8 @@ import json
 import math
 from typing import Any
 
-from layerbench import decompose, drift, stats
+from layerbench import stats
+from layerbench.analysis import decompose, drift
 from layerbench.reports.base import ReportData, register
 from layerbench.store import run_columns
 

@@ -4,8 +4,8 @@ we did not make, or a non-empty directory without our marker."""
 import os
 from pathlib import Path
 
-from layerbench import mounts
-from layerbench.errors import UserError
+from layerbench.core.errors import UserError
+from layerbench.linux import mounts
 
 MARKER = ".layerbench-scratch"
 DEFAULT_ROOT = Path("/var/tmp/layerbench")

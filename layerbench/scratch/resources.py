@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from layerbench import cgroups, mounts, procfs, system
-from layerbench.errors import SetupError, UserError
+from layerbench.core.errors import SetupError, UserError
+from layerbench.linux import cgroups, mounts, procfs, system
 from layerbench.scratch.journal import Resource
 from layerbench.scratch.policy import inside
 

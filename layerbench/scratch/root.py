@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TextIO
 
 import layerbench.scratch.resources as resources
-from layerbench import cgroups, failpoints, mounts, procfs, system
-from layerbench.errors import SetupError, UserError
+from layerbench.core import failpoints
+from layerbench.core.errors import SetupError, UserError
+from layerbench.linux import cgroups, mounts, procfs, system
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
 

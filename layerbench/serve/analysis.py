@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 
 from starlette.datastructures import QueryParams
 
-from layerbench import trend as trends
-from layerbench.compare import Side, compare
+from layerbench.analysis import trend as trends
+from layerbench.analysis.compare import Side, compare
 from layerbench.reports.base import fmt_level, fmt_p, fmt_ratio
 from layerbench.serve import checks
 from layerbench.serve.views import Browser, Table, View

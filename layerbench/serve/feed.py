@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 from xml.etree import ElementTree
 
-from layerbench import trend as trends
+from layerbench.analysis import trend as trends
 
 ATOM = "http://www.w3.org/2005/Atom"
 

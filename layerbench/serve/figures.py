@@ -6,7 +6,7 @@ figure is drawn at a time.
 
 import threading
 
-from layerbench import trend as trends
+from layerbench.analysis import trend as trends
 from layerbench.reports import plots
 from layerbench.reports.base import ReportData
 from layerbench.reports.html import ratio_points

@@ -15,8 +15,8 @@ from urllib.parse import urlencode
 from starlette.datastructures import QueryParams
 
 from layerbench import stats
-from layerbench.compare import flatten
-from layerbench.errors import UserError
+from layerbench.analysis.compare import flatten
+from layerbench.core.errors import UserError
 from layerbench.reports import base as reports
 from layerbench.serve import checks
 from layerbench.store import Store

@@ -16,9 +16,11 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from layerbench import cgroups, failpoints, mounts, procfs, system, worlds
-from layerbench import jail as jails
-from layerbench.errors import SetupError
+from layerbench.content import jail as jails
+from layerbench.content import worlds
+from layerbench.core import failpoints
+from layerbench.core.errors import SetupError
+from layerbench.linux import cgroups, mounts, procfs, system
 from layerbench.scratch import Scratch
 
 

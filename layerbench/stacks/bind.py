@@ -3,7 +3,7 @@
 import contextlib
 from collections.abc import Iterator
 
-from layerbench.mounts import mount_of
+from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 

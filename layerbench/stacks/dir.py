@@ -30,6 +30,6 @@ class DirLayer(Layer[DirOptions]):
 
 
 def _line(path: object) -> str:
-    from layerbench.mounts import mount_of
+    from layerbench.linux.mounts import mount_of
 
     return mount_of(str(path)).line()

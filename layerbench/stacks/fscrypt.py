@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from layerbench import procfs
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
+from layerbench.linux import procfs
 from layerbench.stacks.base import BuildContext, Exposed, LayerOptions, register
 from layerbench.stacks.image import ImageLayer, ImageOptions
 

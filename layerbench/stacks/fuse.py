@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from layerbench import mounts
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
+from layerbench.linux import mounts
 from layerbench.scratch import Scratch, unmount_path
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, OptionsT, register
 

@@ -11,10 +11,11 @@ from typing import ClassVar, Literal, TypeVar
 
 from pydantic import field_validator, model_validator
 
-from layerbench import system, worlds
-from layerbench.errors import UserError
-from layerbench.mounts import mount_of, mount_table
-from layerbench.sizes import SizeText, format_size, parse_size
+from layerbench.content import worlds
+from layerbench.core.errors import UserError
+from layerbench.core.sizes import SizeText, format_size, parse_size
+from layerbench.linux import system
+from layerbench.linux.mounts import mount_of, mount_table
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel

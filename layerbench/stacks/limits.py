@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from layerbench import cgroups
-from layerbench.errors import SetupError
-from layerbench.sizes import SizeText, format_size, parse_size
+from layerbench.core.errors import SetupError
+from layerbench.core.sizes import SizeText, format_size, parse_size
+from layerbench.linux import cgroups
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 _SMALLEST_MEMORY = 64 * 2**20  # below this the workload's own tools do not start

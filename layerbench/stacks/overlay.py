@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from layerbench.mounts import mount_of
-from layerbench.sizes import parse_size
+from layerbench.core.sizes import parse_size
+from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 

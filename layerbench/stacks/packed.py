@@ -17,10 +17,10 @@ from typing import ClassVar, Literal, TypeVar
 
 from pydantic import field_validator, model_validator
 
-from layerbench import system
-from layerbench.archives import archive_estimate, check_spec, resolve, unpack
-from layerbench.mounts import mount_of
-from layerbench.sizes import SizeText, parse_size
+from layerbench.content.archives import archive_estimate, check_spec, resolve, unpack
+from layerbench.core.sizes import SizeText, parse_size
+from layerbench.linux import system
+from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 

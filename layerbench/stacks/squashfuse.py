@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench import system
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, Exposed, register
 from layerbench.stacks.fuse import FuseDaemonLayer, one_option_each
 from layerbench.stacks.packed import SquashfsImage, SquashfsOptions, _unpacked

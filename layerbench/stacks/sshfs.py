@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from layerbench import procfs, system
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
+from layerbench.linux import procfs, system
 from layerbench.stacks.base import BuildContext, Exposed, LayerOptions, register
 from layerbench.stacks.fuse import FuseDaemonLayer, one_option_each
 

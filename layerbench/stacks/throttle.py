@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from layerbench import cgroups, mounts
-from layerbench.errors import SetupError
-from layerbench.sizes import parse_size
+from layerbench.core.errors import SetupError
+from layerbench.core.sizes import parse_size
+from layerbench.linux import cgroups, mounts
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
 _LIMITS = ("read_bps", "write_bps", "read_iops", "write_iops")

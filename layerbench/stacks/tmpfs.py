@@ -3,8 +3,8 @@
 import contextlib
 from collections.abc import Iterator
 
-from layerbench.mounts import mount_of
-from layerbench.sizes import SizeText, parse_size
+from layerbench.core.sizes import SizeText, parse_size
+from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 

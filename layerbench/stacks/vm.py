@@ -9,10 +9,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from layerbench import system
-from layerbench.errors import SetupError, UserError
+from layerbench.core.errors import SetupError, UserError
+from layerbench.core.sizes import SizeText, parse_size
 from layerbench.guest import kernel, machine
-from layerbench.sizes import SizeText, parse_size
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 _MKFS_ARGS = {

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from layerbench import metrics
+from layerbench.core import metrics
 from layerbench.stats import family, intervals, methods
 
 ALPHA = 0.05

@@ -1,6 +1,6 @@
 """What one layer adds: each incremental stack against the stack one layer shorter.
 
-A plan's incremental stacks (see expansion.py) form chains, each step one layer more. The
+A plan's incremental stacks (see plan/expansion.py) form chains, each step one layer more. The
 marginal comparison of a step is the same test and interval as a comparison with the
 baseline (paired by repetition when the experiment ran interleaved), with the shorter
 stack as the reference. The marginal comparisons of one metric are their own family,

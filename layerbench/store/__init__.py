@@ -37,9 +37,9 @@ from sqlalchemy import Connection, Engine, Table, create_engine, event, func, in
 from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
-from layerbench import metrics
-from layerbench.errors import UserError
-from layerbench.sentinel import Sample
+from layerbench.core import metrics
+from layerbench.core.errors import UserError
+from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
@@ -49,7 +49,7 @@ from layerbench.store.schema import samples as samples_table
 from layerbench.store.schema import sentinels as sentinels_table
 
 if TYPE_CHECKING:
-    from layerbench.executors.base import TrialResult
+    from layerbench.store.records import TrialResult
 
 __all__ = [
     "SAMPLE_COLUMNS",

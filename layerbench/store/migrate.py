@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Connection, inspect, text
 
-from layerbench import metrics
+from layerbench.core import metrics
 from layerbench.store import schema
 
 _SCRIPTS = Path(__file__).parent / "migrations"

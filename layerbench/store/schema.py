@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeEngine
 
-from layerbench import metrics
+from layerbench.core import metrics
 
 # The meta table's schema_version: what a layerbench from before the migrations reads to
 # refuse a newer file with one line. It follows the migrations (0002 sets 2).

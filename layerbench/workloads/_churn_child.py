@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from layerbench import failpoints, mounts
+from layerbench.core import failpoints
+from layerbench.linux import mounts
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Exposed, load_kinds
 

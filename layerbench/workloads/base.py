@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from layerbench import system
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 
 

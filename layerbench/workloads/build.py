@@ -13,8 +13,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from layerbench import sources, system
-from layerbench.errors import SetupError
+from layerbench.content import sources
+from layerbench.core.errors import SetupError
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

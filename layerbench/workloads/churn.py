@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from layerbench.errors import SetupError
+from layerbench.core.errors import SetupError
+from layerbench.core.sizes import SizeText, parse_size
 from layerbench.scratch.resources import unmount_all_under
-from layerbench.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

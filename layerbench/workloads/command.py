@@ -5,7 +5,7 @@ import shlex
 
 from pydantic import field_validator
 
-from layerbench import system
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

@@ -8,8 +8,8 @@ from functools import cached_property
 
 from pydantic import field_validator
 
-from layerbench.archives import TAR_FLAG, Archive, archive_estimate, check_spec, packed_size, resolve
-from layerbench.mounts import mount_of
+from layerbench.content.archives import TAR_FLAG, Archive, archive_estimate, check_spec, packed_size, resolve
+from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

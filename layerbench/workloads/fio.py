@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from layerbench import system
-from layerbench.errors import SetupError
-from layerbench.sizes import parse_size
+from layerbench.core.errors import SetupError
+from layerbench.core.sizes import parse_size
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import LatencyCdf, Prepared, Workload, WorkloadOptions, register
 

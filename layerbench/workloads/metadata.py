@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from layerbench.sizes import SizeText, parse_size
+from layerbench.core.sizes import SizeText, parse_size
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from layerbench import system
-from layerbench.archives import archive_estimate, builtin_archive, check_spec, resolve, unpack
-from layerbench.errors import SetupError
+from layerbench.content.archives import archive_estimate, builtin_archive, check_spec, resolve, unpack
+from layerbench.core.errors import SetupError
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from layerbench import system
-from layerbench.errors import SetupError
-from layerbench.sizes import SizeText, parse_size
+from layerbench.core.errors import SetupError
+from layerbench.core.sizes import SizeText, parse_size
+from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 

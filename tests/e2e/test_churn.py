@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli
 
-from layerbench import procfs
+from layerbench.linux import procfs
 from layerbench.stacks.base import load_kinds
 
 pytestmark = pytest.mark.e2e

@@ -33,7 +33,7 @@ signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 import layerbench.fleet.remote as remote
 from layerbench.fleet.requests import PlanSource, Request
 from layerbench.plan import parse_plan
-from layerbench.schedule import Trial
+from layerbench.plan.schedule import Trial
 
 remote._held_host = lambda: "lifecycle"
 scratch, mode, plan_text = sys.argv[1:4]

@@ -386,7 +386,7 @@ def test_a_fleet_agent_killed_mid_trial_leaves_nothing_after_clean_and_the_trial
 ) -> None:
     from layerbench.fleet.requests import PlanSource, Request
     from layerbench.plan import parse_plan
-    from layerbench.schedule import schedule
+    from layerbench.plan.schedule import schedule
 
     plan = parse_plan(
         'name = "agent"\nreps = 1\nwarmup = 0\n[stacks.s]\n'

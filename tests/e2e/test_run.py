@@ -258,7 +258,7 @@ def test_the_fill_is_allocated_on_every_stack_that_can(experiment: dict[str, Pat
     for run in written:
         assert run["facts"]["fill_with"] == "allocate", run["stack"]
         assert run["facts"]["fill_bytes"] == 64 << 20  # 0.25 of the smallest fs, the 256M image
-    from layerbench import warm_memory
+    from layerbench.observe import warm_memory
 
     if warm_memory.wanted():
         assert all(r["facts"]["warm_memory_bytes"] >= 32 << 20 for r in written)

@@ -184,7 +184,7 @@ trace = "block"
 
 
 def test_trace_block_records_a_latency_histogram_per_device(needs_root: None, tmp_path: Path) -> None:
-    from layerbench import tracing
+    from layerbench.observe import tracing
 
     if reason := tracing.missing():
         pytest.skip(f"cannot trace here: {reason}")

@@ -1,0 +1,56 @@
+"""The durability check: a workload that claims its data is durable when its timed run ends
+(stream-write's fsync, extract's syncfs, a fio job's end_fsync) must have moved at least
+its bytes to the lowest device of the stack inside that run. Otherwise the data is still
+dirty in some page cache below (a layer that does not pass syncfs down: bindfs without the
+sync of the file systems under it) and the run measured less than it claims.
+
+The rule: reached >= SHARE x claimed, with reached the bytes written to the stack's bottom
+device (the disk behind a loop device) between the run's start and end. Other writers on
+that disk can only add to it, so a flagged run is a real miss; a stack that keeps its data
+in memory (tmpfs) has no device and is not checked."""
+
+from typing import Any
+
+from layerbench.core.sizes import format_size
+
+SHARE = 0.9
+
+
+def check(
+    claimed: int | None, devices: list[str], per_device: dict[str, dict[str, int]]
+) -> dict[str, Any] | None:
+    """The run's durability fact, or None when there is nothing to check."""
+    if not claimed or not devices or devices[-1] not in per_device:
+        return None
+    reached = per_device[devices[-1]].get("write_bytes", 0)
+    return {
+        "claimed_bytes": claimed,
+        "reached_bytes": reached,
+        "device": devices[-1],
+        "durable": reached >= SHARE * claimed,
+    }
+
+
+def describe(fact: dict[str, Any]) -> str:
+    return (
+        f"only {format_size(fact['reached_bytes'])} of {format_size(fact['claimed_bytes'])} reached "
+        f"{fact['device']} inside the timed run"
+    )
+
+
+def warnings(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per stack and workload with runs that did not make their data durable."""
+    missed: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        fact = (run.get("facts") or {}).get("durability")
+        if run["status"] == "ok" and fact and not fact["durable"]:
+            missed.setdefault((run["stack"], run["workload"]), []).append(run)
+    found = []
+    for (stack, workload), group in missed.items():
+        first = group[0]["facts"]["durability"]
+        found.append(
+            f"not durable: {stack}/{workload}: {len(group)} run(s) where {describe(first)} (rep "
+            f"{group[0]['rep'] + 1}); a layer of the stack does not pass the workload's sync down, "
+            f"so the time left out the write-back"
+        )
+    return found

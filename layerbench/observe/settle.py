@@ -1,0 +1,102 @@
+"""Settling: before a timed run starts, the devices under the scratch root are quiet.
+
+A trial's teardown deletes its tree or image; the file system turns that into journal
+commits and, with online `discard`, into discard requests that the device works through
+later. Left alone, that work lands in the next trial's timed run. `wait_quiet` writes back
+what is dirty, then polls /proc/diskstats until no request is in flight and no write,
+discard or flush completed for `quiet_s`, or `timeout_s` passed; the run records how long it
+waited and what was still in flight, so a report can show it."""
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from layerbench.linux import mounts
+
+_SECTOR = 512
+POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class DeviceActivity:
+    """The diskstats fields that say work is still going on (summed over devices)."""
+
+    in_flight: int = 0
+    writes: int = 0
+    written_bytes: int = 0
+    discards: int = 0
+    discarded_bytes: int = 0
+    flushes: int = 0
+
+    def moved_since(self, other: "DeviceActivity") -> bool:
+        return (self.writes, self.discards, self.flushes) != (other.writes, other.discards, other.flushes)
+
+
+def read_activity(names: list[str]) -> DeviceActivity:
+    wanted = set(names)
+    totals = [0] * 6
+    with open("/proc/diskstats") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[2] not in wanted:
+                continue
+            # Fields after the name: 4-11 reads/writes, 12 in flight, 15-18 discards (4.18+),
+            # 19-20 flushes (5.5+); older kernels end earlier and count 0 there.
+            values = [int(v) for v in fields[3:]] + [0] * 17
+            totals = [
+                totals[0] + values[8],
+                totals[1] + values[4],
+                totals[2] + values[6] * _SECTOR,
+                totals[3] + values[11],
+                totals[4] + values[13] * _SECTOR,
+                totals[5] + values[15],
+            ]
+    return DeviceActivity(*totals)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one wait found: stored with the run as its settle_* facts."""
+
+    waited_s: float  # from the sync to the end of the quiet window (0 when disabled)
+    busy_s: float  # of which the devices were still working
+    in_flight: int  # requests in flight when the wait began, after the sync
+    written_bytes: int  # written while waiting
+    discarded_bytes: int  # discarded while waiting
+    timed_out: bool
+
+    def facts(self) -> dict[str, Any]:
+        return {f"settle_{key}": value for key, value in asdict(self).items()}
+
+
+def scratch_devices(root: str | os.PathLike[str]) -> list[str]:
+    """The whole disks under the scratch root's file system (vda, not vda1): a partition's
+    neighbours share its queue."""
+    return sorted({mounts.whole_disk(name) for name in mounts.devices_under(root)})
+
+
+def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settled:
+    began = time.monotonic()
+    os.sync()
+    if quiet_s <= 0 or not devices:
+        return Settled(time.monotonic() - began, 0.0, 0, 0, 0, False)
+    first = previous = read_activity(devices)
+    last_busy = time.monotonic()
+    while True:
+        current = read_activity(devices)
+        moment = time.monotonic()
+        if current.in_flight or current.moved_since(previous):
+            last_busy = moment
+        previous = current
+        if moment - last_busy >= quiet_s or moment - began >= timeout_s:
+            break
+        time.sleep(POLL_S)
+    return Settled(
+        waited_s=round(moment - began, 4),
+        busy_s=round(max(0.0, last_busy - began), 4),
+        in_flight=first.in_flight,
+        written_bytes=current.written_bytes - first.written_bytes,
+        discarded_bytes=current.discarded_bytes - first.discarded_bytes,
+        timed_out=moment - last_busy < quiet_s,
+    )

@@ -1,0 +1,224 @@
+"""Optional deep tracing: `trace = "block"` on a workload records, during each timed run, a
+histogram of block-request latency (issue to completion) per device, from the kernel's
+`block:block_rq_issue` and `block:block_rq_complete` tracepoints through bpftrace.
+
+It needs bpftrace, the kernel's BTF and tracefs. tracefs is mounted by layerbench only inside
+its own mount namespace (where the mount is private and vanishes with the run); with
+--no-namespace it must already be mounted at /sys/kernel/tracing. Where any of it is
+missing the runs go on untraced and the report says why in one line. The tracer is a helper
+process of the trial (journaled, stopped on every way out); it is attached before the timed
+run starts and its maps are read after the run ends, so neither step is timed, but its
+probes run during the run: bench/trace_overhead.py measures what they cost.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerbench.core.errors import SetupError
+from layerbench.linux import namespace, system
+from layerbench.observe import measure
+from layerbench.scratch import Scratch
+
+PROGRAM_ENV = "LAYERBENCH_BPFTRACE"  # the bpftrace to run (tests point it at a missing one)
+TRACEFS = Path("/sys/kernel/tracing")
+KINDS = ("block",)
+_ATTACH_TIMEOUT_S = 30.0
+_SCRIPT = """\
+tracepoint:block:block_rq_issue { @start[args->dev, args->sector] = nsecs; }
+tracepoint:block:block_rq_complete /@start[args->dev, args->sector]/ {
+  @usecs[args->dev] = hist((nsecs - @start[args->dev, args->sector]) / 1000);
+  delete(@start[args->dev, args->sector]);
+}
+END { clear(@start); }
+"""
+
+
+def program() -> str:
+    return os.environ.get(PROGRAM_ENV, "bpftrace")
+
+
+def missing() -> str | None:
+    """Why this host cannot trace, or None when it can (tracefs aside: see ready())."""
+    if shutil.which(program()) is None:
+        return f"{program()} is not installed (apt install bpftrace)"
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    return None
+
+
+def _tracefs_mounted() -> bool:
+    return (TRACEFS / "events" / "block" / "block_rq_issue").exists()
+
+
+def ready() -> str | None:
+    """None when a trace can start now (mounting tracefs in our own namespace if needed)."""
+    if reason := missing():
+        return reason
+    if _tracefs_mounted():
+        return None
+    if not namespace.PRIVATE:
+        return (
+            f"tracefs is not mounted at {TRACEFS} and this run shares the host's mount table "
+            "(--no-namespace); mount it, or run in layerbench's own namespace"
+        )
+    try:
+        system.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)])
+    except SetupError as exc:
+        return f"cannot mount tracefs in the run's namespace: {exc}"
+    return None if _tracefs_mounted() else "tracefs has no block tracepoints"
+
+
+@dataclass
+class Trace:
+    """What one run's trace gave: per device, (low µs, high µs, count) buckets."""
+
+    missing: str | None = None
+    histograms: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def facts(self) -> dict[str, Any]:
+        if self.missing:
+            return {"trace_block_missing": self.missing}
+        return {
+            "trace_block": {device: [list(b) for b in buckets] for device, buckets in self.histograms.items()}
+        }
+
+
+def _device_names() -> dict[int, str]:
+    """Kernel dev_t (major << 20 | minor, as the tracepoints give it) -> device name."""
+    found = {}
+    for entry in Path("/sys/class/block").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            major, minor = (int(v) for v in (entry / "dev").read_text().split(":"))
+            found[(major << 20) | minor] = entry.name
+    return found
+
+
+def parse(text: str) -> dict[str, list[tuple[int, int, int]]]:
+    """bpftrace's `-f json` output -> {device: [(low, high, count), ...]}."""
+    names = _device_names()
+    found: dict[str, list[tuple[int, int, int]]] = {}
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("type") != "hist":
+                continue
+            for dev, buckets in record["data"].get("@usecs", {}).items():
+                name = names.get(int(dev), f"dev {int(dev) >> 20}:{int(dev) & 0xFFFFF}")
+                found[name] = [
+                    (int(b.get("min", 0)), int(b.get("max", b.get("min", 0))), int(b["count"]))
+                    for b in buckets
+                    if b.get("count")
+                ]
+    return found
+
+
+@contextlib.contextmanager
+def block_trace(scratch: Scratch, workdir: Path) -> Iterator[Trace]:
+    """Trace the block layer while the body runs (the timed run); the histograms are in
+    the Trace once the body is done."""
+    trace = Trace()
+    if reason := ready():
+        trace.missing = reason
+        yield trace
+        return
+    script, output = workdir / "block.bt", workdir / "block.json"
+    script.write_text(_SCRIPT)
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(workdir / "bpftrace.err", "wb") as errors:
+            return subprocess.Popen(
+                [program(), "-f", "json", "-o", str(output), str(script)],
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                start_new_session=True,
+            )
+
+    with scratch.process(start, "bpftrace block trace", named=script) as child:
+        try:
+            if not _attached(child, output):
+                trace.missing = f"bpftrace did not attach: {_last_error(workdir)}"
+            yield trace
+            if trace.missing is None:
+                child.send_signal(signal.SIGINT)  # it prints its maps and exits
+                child.wait(timeout=30)
+                trace.histograms = parse(output.read_text())
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def _attached(child: subprocess.Popen[bytes], output: Path) -> bool:
+    deadline = time.monotonic() + _ATTACH_TIMEOUT_S
+    while time.monotonic() < deadline and child.poll() is None:
+        with contextlib.suppress(OSError):
+            if '"attached_probes"' in output.read_text():
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def _last_error(workdir: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = [
+            line
+            for line in (workdir / "bpftrace.err").read_text(errors="replace").splitlines()
+            if line.strip() and "RLIMIT_MEMLOCK" not in line
+        ]
+        if lines:
+            return lines[-1]
+    return "no message"
+
+
+def cdf(buckets: list[tuple[int, int, int]]) -> tuple[list[float], list[float]]:
+    """(upper bound µs, share of requests completed within it) for a latency CDF plot."""
+    total = sum(count for _, _, count in buckets)
+    shares, running = [], 0
+    for _, _, count in buckets:
+        running += count
+        shares.append(running / total if total else 0.0)
+    return [float(max(high, 1)) for _, high, _ in buckets], shares
+
+
+def warnings(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per workload whose trace was asked for and not recorded, with why."""
+    said: dict[str, str] = {}
+    for run in runs:
+        reason = (run.get("facts") or {}).get("trace_block_missing")
+        if reason and run["workload"] not in said:
+            said[run["workload"]] = reason
+    return [
+        f'workload {workload}: trace = "block" was not recorded: {reason}; the runs went on without it'
+        for workload, reason in said.items()
+    ]
+
+
+def stack_lines(
+    groups: dict[tuple[str, str], list[dict[str, Any]]], stacks: list[str], workload: str
+) -> dict[str, tuple[list[float], list[float]]]:
+    """For a latency CDF figure: per stack and device of the stack, its requests' latency
+    over all the stack's measured runs."""
+    lines = {}
+    for stack in stacks:
+        runs = [r for r in groups.get((stack, workload), []) if (r.get("facts") or {}).get("trace_block")]
+        chain = measure.device_chain(runs) or []
+        for device in chain:
+            merged: dict[tuple[int, int], int] = {}
+            for run in runs:
+                for low, high, count in run["facts"]["trace_block"].get(device, []):
+                    merged[(low, high)] = merged.get((low, high), 0) + count
+            if merged:
+                buckets = sorted((low, high, count) for (low, high), count in merged.items())
+                lines[f"{stack}: {device}"] = cdf(buckets)
+    return lines

@@ -1,0 +1,84 @@
+"""What a trial hands the store: one typed TrialResult per trial (its run's counters, the
+work it did, its facts) and the StackRecord of the stack it ran on. Executors make them;
+the store writes them."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerbench.observe.measure import RunCounters
+from layerbench.plan.schedule import Trial
+
+
+@dataclass(frozen=True)
+class StackRecord:
+    """What a stack was when built: for the reports' Config block."""
+
+    layers: list[str]
+    mount_lines: list[str]
+    devices: list[str]
+    top: str
+    world: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "layers": self.layers,
+            "mount_lines": self.mount_lines,
+            "devices": self.devices,
+            "top": self.top,
+            "world": self.world,
+        }
+
+
+@dataclass
+class TrialResult:
+    """One trial's run: what the store keeps of it, in one piece."""
+
+    trial: Trial
+    started: str
+    counters: RunCounters
+    units: float | None = None  # the work the run did, for its throughput
+    unit: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # the workload's and the noise's
+    stack: StackRecord | None = None
+    reported: dict[str, float] = field(default_factory=dict)  # metrics.reported(): the workload's own
+
+    @property
+    def throughput(self) -> float | None:
+        ok = self.counters.status == "ok" and self.units and self.counters.wall_s > 0
+        return self.units / self.counters.wall_s if ok and self.units else None
+
+    @property
+    def disturbed(self) -> bool:
+        """Other work used the CPU while the run was timed (the noise facts of the run)."""
+        return bool(self.counters.facts.get("disturbed") or self.facts.get("disturbed"))
+
+    def row(self) -> dict[str, Any]:
+        """The runs-table row: the trial, the counters, the work."""
+        counters = self.counters
+        row: dict[str, Any] = {
+            name: getattr(counters, name)
+            for name in counters.__dataclass_fields__
+            if name not in ("devices", "samples", "sampler", "facts")
+        }
+        row.update(
+            trial=self.trial.index,
+            stack=self.trial.stack,
+            workload=self.trial.workload,
+            rep=self.trial.rep,
+            warmup=int(self.trial.warmup),
+            started=self.started,
+        )
+        if self.throughput is not None:
+            row.update(units=self.units, unit=self.unit, throughput=self.throughput)
+        if self.counters.status == "ok":
+            row.update(self.reported)
+        return row
+
+    def all_facts(self) -> dict[str, Any]:
+        """The facts stored with the run: the workload's, the noise's, the sampler's cost."""
+        facts = {**self.facts, **self.counters.facts}
+        if self.counters.sampler:
+            facts["sampler"] = self.counters.sampler
+        if self.trial.rerun:
+            facts["rerun"] = self.trial.rerun
+        return facts
