@@ -114,7 +114,7 @@ def _die_with_parent(signum: int) -> None:
 
 def _behind_a_guard() -> int:
     """Fork: the process the actor started becomes a guard that only waits; the agent goes
-    on in the child, and its pid is returned there. Ray SIGKILLs a worker's children when the
+    on in the child, in a process group of its own, and the guard's pid is returned there. Ray SIGKILLs a worker's children when the
     worker exits (its owner, the head's driver, gone), which would leave a trial standing:
     it kills the guard instead, and the agent is then sent SIGTERM (PR_SET_PDEATHSIG) and
     tears down. The guard dies with the actor's thread that started it, or on SIGTERM."""
@@ -122,6 +122,10 @@ def _behind_a_guard() -> int:
     guard = os.getpid()
     agent = os.fork()
     if agent == 0:
+        # Out of the worker's process group: Ray's raylet SIGKILLs a worker's whole group when
+        # the worker goes (its node taken down), which would kill the agent mid-trial with no
+        # teardown (its trial's control group and directory left for the next agent to recover).
+        os.setpgid(0, 0)
         _die_with_parent(signal.SIGTERM)
         if os.getppid() != guard:  # the guard went before the line above: nothing is built yet
             os._exit(1)

@@ -81,6 +81,7 @@ def _start(root: Path, mode: str) -> tuple[subprocess.Popen[str], int, int]:
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a process group of its own, as Ray starts a worker
     )
     assert worker.stdout is not None
     ready, guard = worker.stdout.readline().split()
@@ -171,6 +172,23 @@ def test_the_agent_goes_when_its_worker_is_killed(root: Path, mode: str) -> None
         worker.kill()
         worker.wait()
         print(f"{mode}: the agent went {_gone([guard, agent, *timed]):.2f} s after its worker was killed")
+        _free(root)
+    finally:
+        _stop(worker)
+
+
+@pytest.mark.parametrize("mode", ["idle", "run"])
+def test_the_agent_tears_down_when_its_workers_process_group_is_killed(root: Path, mode: str) -> None:
+    """The raylet SIGKILLs a worker's whole process group when its node goes: the agent is
+    in a group of its own, so it is told to stop (its guard gone) and tears its trial down
+    (before, it was killed with the group: its trial's control group and directory stayed)."""
+    worker, guard, agent = _start(root, mode)
+    try:
+        assert os.getpgid(agent) != os.getpgid(worker.pid) == os.getpgid(guard)
+        timed = [_trial_started(agent)] if mode == "run" else []
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        print(f"{mode}: the agent went {_gone([guard, agent, *timed]):.2f} s after its group was killed")
         _free(root)
     finally:
         _stop(worker)
