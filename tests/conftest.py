@@ -1,5 +1,6 @@
 """Fixtures: a scratch root per test, a results DB, and the leak check every test passes."""
 
+import contextlib
 import os
 import shutil
 import sys
@@ -11,13 +12,25 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import TEST_ROOT, leftovers
+from helpers import SESSIONS_PARENT, TEST_ROOT, leftovers
 
 IS_ROOT = os.geteuid() == 0
 
 
 def pytest_report_header() -> str:
     return f"layerbench tests: scratch under {TEST_ROOT}, running as {'root' if IS_ROOT else 'non-root'}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_root_removed_afterwards() -> Iterator[None]:
+    """The session's scratch area goes when the session ends, unless something of ours is
+    still in it (a failed test's mounts stay for whoever looks into it)."""
+    yield
+    if TEST_ROOT.is_dir() and not leftovers(TEST_ROOT):
+        shutil.rmtree(TEST_ROOT, ignore_errors=True)
+        if TEST_ROOT.parent == SESSIONS_PARENT:
+            with contextlib.suppress(OSError):
+                SESSIONS_PARENT.rmdir()  # the sessions' common parent, once no session uses it
 
 
 @pytest.fixture(autouse=True)

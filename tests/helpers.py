@@ -15,8 +15,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-# Each checkout (and each concurrent session) gets its own scratch area for tests.
-TEST_ROOT = Path(os.environ.get("LAYERBENCH_TEST_ROOT", "/var/tmp/layerbench-tests"))
+# Each test session gets its own scratch area (removed at its end when nothing of ours is left
+# in it), so that two sessions never see, or clean up, each other's roots; the processes the
+# tests start inherit it.
+SESSIONS_PARENT = Path("/var/tmp/layerbench-tests")
+os.environ.setdefault("LAYERBENCH_TEST_ROOT", str(SESSIONS_PARENT / f"s{os.getpid()}"))
+TEST_ROOT = Path(os.environ["LAYERBENCH_TEST_ROOT"])
 
 
 def new_experiment(store: Any, **fields: Any) -> int:
