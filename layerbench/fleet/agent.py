@@ -114,9 +114,10 @@ def _die_with_parent(signum: int) -> None:
 
 def _behind_a_guard() -> int:
     """Fork: the process the actor started becomes a guard that only waits; the agent goes
-    on in the child, in a process group of its own, and the guard's pid is returned there. Ray SIGKILLs a worker's children when the
-    worker exits (its owner, the head's driver, gone), which would leave a trial standing:
-    it kills the guard instead, and the agent is then sent SIGTERM (PR_SET_PDEATHSIG) and
+    on in the child, in a process group of its own, and the guard's pid is returned there.
+    Ray SIGKILLs a worker's children (and its process group) when the worker exits (its
+    owner, the head's driver, gone, or its node), which would leave a trial standing: it
+    kills the guard instead, and the agent is then sent SIGTERM (PR_SET_PDEATHSIG) and
     tears down. The guard dies with the actor's thread that started it, or on SIGTERM."""
     _die_with_parent(signal.SIGKILL)  # remote.HostAgent keeps that thread as long as we run
     guard = os.getpid()
