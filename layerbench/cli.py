@@ -190,6 +190,12 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--db", type=str, help="keep the checks' experiments here (default: discard)")
     selftest.add_argument("--size", default="512M", help="bytes the known-effect check writes per run")
     selftest.add_argument(
+        "--simulations",
+        type=int,
+        default=validity.CALIBRATION_EXPERIMENTS,
+        help="simulated experiments per calibration check (fewer: quicker, a wider Monte-Carlo error)",
+    )
+    selftest.add_argument(
         "--repro",
         action="store_true",
         help="instead: one small plan twice back to back, then compare (do the answers repeat?)",
@@ -650,12 +656,16 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         parse_size(args.size)
     except ValueError as exc:
         raise UserError(f"--size: {exc}") from None
+    if args.simulations < 100:
+        raise UserError(f"--simulations {args.simulations}: at least 100 simulated experiments per check")
     check_root(args.scratch)
     show = lambda check: out.print(check.line(), markup=False)  # noqa: E731
     if args.repro:
         checks = repeatability.selftest_repro(args.scratch, args.db, report=show)
     else:
-        checks = validity.selftest(args.scratch, args.db, size=args.size, report=show)
+        checks = validity.selftest(
+            args.scratch, args.db, size=args.size, simulations=args.simulations, report=show
+        )
     failed = [c for c in checks if not c.passed]
     out.print(f"selftest: {len(checks) - len(failed)} of {len(checks)} checks passed")
     return 1 if failed else 0

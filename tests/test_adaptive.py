@@ -73,7 +73,7 @@ THROTTLED = (
 )
 
 
-def _plan(tmp_path: Path, target: float, max_reps: int, decide: str = "") -> Path:
+def _plan(tmp_path: Path, target: float, max_reps: int, decide: str = "", size: str = "128M") -> Path:
     plan = tmp_path / "auto.toml"
     plan.write_text(
         f"""
@@ -90,7 +90,7 @@ layers = [{THROTTLED}]
 layers = [{THROTTLED}]
 [workloads.write]
 kind = "stream-write"
-size = "128M"
+size = "{size}"
 direct = true
 """
     )
@@ -122,8 +122,9 @@ def test_auto_reps_converge_on_a_stable_plan(needs_root: None, scratch_root: Pat
 @pytest.mark.e2e
 def test_auto_reps_stop_at_max_reps(needs_root: None, scratch_root: Path, tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    # Nothing can be decided: no equivalence margin, and a level no A/A comparison reaches.
-    plan = _plan(tmp_path, 0.0001, 6, decide="equivalence = 0\nalpha = 1e-12")
+    # Nothing can be decided: no equivalence margin, and a level no A/A comparison reaches;
+    # so the runs need not be steady, only counted (16M at 64 MB/s: a quarter second each).
+    plan = _plan(tmp_path, 0.0001, 6, decide="equivalence = 0\nalpha = 1e-12", size="16M")
     cli("run", str(plan), "--db", str(db), "--scratch", str(scratch_root), "--quiet", check=True)
     report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
     state = report["experiment"]["facts"]["adaptive_reps"]

@@ -31,7 +31,9 @@ def test_the_simulation_can_fail() -> None:
 
 @pytest.mark.e2e
 def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: str) -> None:
-    done = cli("selftest", "--scratch", str(scratch_root), timeout=900)
+    # The simulated checks at a fifth of their default size (the seeded simulations are
+    # tested on their own above); the real checks as a user runs them.
+    done = cli("selftest", "--scratch", str(scratch_root), "--simulations", "400", timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]
@@ -65,3 +67,9 @@ def test_the_sequential_simulation_fails_a_design_that_looks_at_full_alpha(
     monkeypatch.setattr(sequential.State, "alpha_per_look", property(lambda state: state.alpha))
     (alarms, *_) = sequential_check.checks(150, noises=own_noise)
     assert alarms.name.startswith("A/A false alarms") and not alarms.passed, alarms.figure
+
+
+def test_selftest_refuses_too_few_simulations_in_one_line(needs_root: None, scratch_root: str) -> None:
+    done = cli("selftest", "--scratch", str(scratch_root), "--simulations", "10")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--simulations 10: at least 100" in done.stderr

@@ -24,11 +24,12 @@ DEFERRED_WORK = {
     "discard": "online discard: deletions turn into discard requests the device works through later",
     "lazytime": "timestamps are written back later",
 }
-# ext4 without a journal does not reuse an inode freed in the last 5 s (300 s while its
-# inode-table block is dirty): a new file's inode search steps past every such inode, so
-# creating many files where many were just deleted costs several times the system time.
+# ext4 without a journal does not reuse an inode freed in the last 60 s (300 s while its
+# inode-table block is dirty; 5 s before Linux 5.7): a new file's inode search steps past
+# every such inode, so creating many files where many were just deleted costs several times
+# the system time.
 NO_JOURNAL = (
-    "no journal: inodes freed in the last 5-300 s are not reused, so creating files where "
+    "no journal: inodes freed in the last 60-300 s are not reused, so creating files where "
     "many were just deleted is slow (each trial's directory is placed in a fresh inode group)"
 )
 

@@ -133,7 +133,7 @@ class Scratch:
     def _trials_parent(self, parent: Path) -> None:
         """Each trial's directory goes into an inode group of its own (ext4's Orlov
         allocator), not beside the previous trial's: on ext4 without a journal the inodes a
-        trial just freed stay unusable for 5-300 s, and a next trial creating files among them
+        trial just freed stay unusable for 60-300 s, and a next trial creating files among them
         spent 3-6x the system time (metadata, 20,000 files: 1.2 s against 0.22 s, bimodal)."""
         if not parent.exists():
             parent.mkdir(parents=True)
