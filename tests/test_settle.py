@@ -5,6 +5,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from helpers import TEST_ROOT
 
 from layerbench.observe import settle
@@ -63,3 +64,29 @@ def test_a_writer_keeps_the_wait_going_and_is_counted(tmp_path: Path) -> None:
 def test_a_wait_that_cannot_find_quiet_says_it_timed_out() -> None:
     settled = settle.wait_quiet(_disks(), quiet_s=5, timeout_s=0.1)
     assert settled.timed_out and settled.waited_s < 1
+
+
+def test_waits_are_cut_short_after_three_that_found_the_devices_busy_throughout(
+    scratch_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program writing all the time keeps every wait busy until its timeout: after 3
+    such waits in a row the next last at most 1 s, until one finds the devices quiet."""
+    from layerbench.executors.base import Setting
+    from layerbench.executors.local import LocalExecutor
+    from layerbench.plan import parse_plan
+    from layerbench.scratch import Scratch
+
+    asked: list[float] = []
+    outcomes = iter([True, True, True, True, False, True])  # timed out?
+
+    def scripted(devices: list[str], *, quiet_s: float, timeout_s: float) -> settle.Settled:
+        asked.append(timeout_s)
+        return settle.Settled(timeout_s, timeout_s, 0, 0, 0, next(outcomes))
+
+    monkeypatch.setattr(settle, "wait_quiet", scripted)
+    plan = parse_plan('name = "p"\nbaseline = "a"\nsettle_timeout = 10\n[stacks.a]\nlayers = []\n'
+                      '[workloads.w]\nkind = "command"\nrun = "true"\n', "p.toml")
+    executor = LocalExecutor(Scratch(scratch_root))
+    cut = [executor._settle(Setting(plan, {}, 1), []).cut_short for _ in range(6)]
+    assert asked == [10, 10, 10, 1.0, 1.0, 10]
+    assert cut == [False, False, False, True, True, False]

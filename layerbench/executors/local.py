@@ -68,6 +68,7 @@ class LocalExecutor(Executor):
         self._probes = 0
         self._reported_at_last_run: int | None = None
         self._warm_wanted = warm_memory.wanted()
+        self._unsettled_in_a_row = 0
 
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
@@ -249,12 +250,18 @@ class LocalExecutor(Executor):
         return [*procs, group / "cgroup.procs"], group
 
     def _settle(self, setting: Setting, devices: list[str]) -> settle.Settled:
-        """Quiet devices under the scratch root and the stack before the timed run."""
-        return settle.wait_quiet(
-            sorted({*devices, *self.scratch_disks}),
-            quiet_s=setting.plan.settle,
-            timeout_s=setting.plan.settle_timeout,
+        """Quiet devices under the scratch root and the stack before the timed run. Devices
+        that stayed busy through the whole wait of the last few trials are busy with work
+        that is not ours (another program writing): a full wait buys nothing there, so the
+        next waits are cut short until one finds the devices quiet again (the run says so)."""
+        timeout, cut = setting.plan.settle_timeout, self._unsettled_in_a_row >= settle.GIVE_UP_AFTER
+        if cut:
+            timeout = min(timeout, settle.CUT_TIMEOUT_S)
+        settled = settle.wait_quiet(
+            sorted({*devices, *self.scratch_disks}), quiet_s=setting.plan.settle, timeout_s=timeout
         )
+        self._unsettled_in_a_row = self._unsettled_in_a_row + 1 if settled.timed_out else 0
+        return dataclasses.replace(settled, cut_short=cut)
 
     def _record(self, stack: str, layers: list[Any], built: BuiltStack, devices: list[str]) -> StackRecord:
         return StackRecord(

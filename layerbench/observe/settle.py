@@ -16,6 +16,10 @@ from layerbench.linux import mounts
 
 _SECTOR = 512
 POLL_S = 0.02
+# After this many waits in a row that timed out, the next waits last at most CUT_TIMEOUT_S
+# (executors/local.py): the devices are busy with someone else's work.
+GIVE_UP_AFTER = 3
+CUT_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Settled:
     written_bytes: int  # written while waiting
     discarded_bytes: int  # discarded while waiting
     timed_out: bool
+    cut_short: bool = False  # the timeout was cut: the devices stayed busy through the last waits
 
     def facts(self) -> dict[str, Any]:
         return {f"settle_{key}": value for key, value in asdict(self).items()}

@@ -8,7 +8,7 @@ import numpy as np
 
 from layerbench.analysis import drift
 from layerbench.core.sizes import format_size
-from layerbench.observe import sentinel
+from layerbench.observe import sentinel, settle
 
 
 def settle_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
@@ -57,7 +57,14 @@ def settle_line(runs: list[dict[str, Any]]) -> str | None:
         f"settle before each timed run: median {float(np.median(waits)):.2f} s, longest "
         f"{max(waits):.2f} s (trial {slowest['trial']}, {slowest['stack']} × {slowest['workload']})"
     )
-    return line + (f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else "")
+    cut = sum(bool(r["facts"].get("settle_cut_short")) for r in runs)
+    line += f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else ""
+    if cut:
+        line += (
+            f"; {cut} of them waited at most {settle.CUT_TIMEOUT_S:.0f} s, after {settle.GIVE_UP_AFTER} "
+            "waits in a row had found the devices busy throughout (work that is not the trials')"
+        )
+    return line
 
 
 def _seconds_between(started: str | None, finished: str | None) -> float | None:

@@ -72,10 +72,12 @@ class Scratch:
             handle.flush()
 
     def tidy(self) -> None:
-        """After a clean finish: an empty journal and no empty trial directory remain."""
+        """After a clean finish: an empty journal, and no empty directory of the trials or
+        of the sentinel's probes, remain."""
         self.journal.reset_if_clean()
-        with contextlib.suppress(OSError):
-            (self.root / "trials").rmdir()
+        for parent in ("trials", "sentinel"):
+            with contextlib.suppress(OSError):
+                (self.root / parent).rmdir()
 
     def unlock(self) -> None:
         if self._lock_handle is not None:

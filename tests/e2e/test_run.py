@@ -83,7 +83,8 @@ def test_run_prints_the_text_report_and_leaves_nothing(experiment: dict[str, Pat
     for name in ("disk", "bind", "image", "ram", "union", "workload write", "workload cmd"):
         assert name in text
     assert leftovers(experiment["scratch"]) == []
-    assert not (experiment["scratch"] / "trials").exists()
+    # The root's lock and marker stay (it is the user's directory); nothing else does.
+    assert sorted(p.name for p in experiment["scratch"].iterdir()) == [".layerbench-scratch", "lock"]
 
 
 def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> None:
