@@ -291,9 +291,7 @@ class LocalExecutor(Executor):
 def _run_in_guest(built: Any, workload: Any, host_devices: list[str]) -> tuple[measure.RunCounters, Prepared]:
     """The rest of a trial whose stack has a vm layer: the layers above it and the workload
     run in the guest. Returns the counters and a Prepared carrying units and facts."""
-    archive = workload.__dict__.get("archive") if hasattr(workload, "archive") else None
-    if hasattr(workload, "archive") and archive is None:
-        archive = workload.archive
+    archive = getattr(workload, "archive", None)  # an extract's tree, packed on the host
     request = {
         "layers": [layer.options.model_dump(warnings=False) for layer in built.rest],
         "first_index": len(built.parts) + 1,
