@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from layerbench.content import worlds
-from layerbench.core import failpoints, metrics
+from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
+from layerbench.executors import procedure
 from layerbench.executors.base import Executor, Setting
+from layerbench.guest.protocol import GuestRequest
 from layerbench.linux import cgroups
 from layerbench.observe import (
     durability,
@@ -145,27 +147,35 @@ class LocalExecutor(Executor):
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
                 warm.release()  # the guest's memory is the vm's own
                 settled = self._settle(setting, devices)  # the host's disks hold the guest's
-                counters, prepared = _run_in_guest(built, workload, devices)
-                clock.lap("run")
-            else:
-                prepared = workload.prepare(ctx, built, resources)
-                clock.lap("prepare")
-                counters, settled = self._timed(
-                    trial, setting, prepared, built, devices, workdir, resources, warm
+                outcome = built.elsewhere.run(
+                    _guest_request(built, workload), devices, workload.options.timeout
                 )
+                outcome.facts.update(settled.facts())
                 clock.lap("run")
-                prepared.facts.update(built.run_facts())
-                prepared.collect()
-                if counters.status == "failed" and prepared.failure:
-                    counters = dataclasses.replace(counters, error=f"{counters.error}; {prepared.failure}")
+                # The guest's counters name the host's devices under the guest disk "host:vda".
+                checked = [f"host:{device}" for device in devices]
+            else:
+                checked = devices
+                outcome = procedure.run_on_top(
+                    workload,
+                    ctx,
+                    built,
+                    resources,
+                    lambda prepared: self._timed(
+                        trial, setting, prepared, built, devices, workdir, resources, warm
+                    ),
+                    clock.lap,
+                )
             failpoints.reached("run-finished")
-        facts = dict(prepared.facts) | settled.facts()
+        counters = outcome.counters
+        facts = dict(outcome.facts)
         if counters.status == "ok" and (
-            durable := durability.check(prepared.durable_bytes, devices, counters.devices)
+            durable := durability.check(outcome.durable_bytes, checked, counters.devices)
         ):
             facts["durability"] = durable
-        reported = {k: v for k, v in prepared.metrics.items() if k in metrics.reported()}
-        return TrialResult(trial, started, counters, prepared.units, prepared.unit, facts, record, reported)
+        return TrialResult(
+            trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics
+        )
 
     def _timed(
         self,
@@ -177,10 +187,10 @@ class LocalExecutor(Executor):
         workdir: Path,
         resources: contextlib.ExitStack,
         warm: warm_memory.Held,
-    ) -> tuple[measure.RunCounters, settle.Settled]:
-        if prepared.drop_caches:
-            measure.drop_caches()
-        settled = self._settle(setting, devices)
+    ) -> measure.RunCounters:
+        """The host's timed run, caches already dropped: settle, the child's control groups and
+        journal entry, the memory read around it, a block trace if asked for."""
+        prepared.facts.update(self._settle(setting, devices).facts())
         procs, pressure = self._pressure_group(built, workdir, resources)
         memory = self._memory_before_run()
         warm.release()  # last: the run's first allocations take these pages back
@@ -206,7 +216,7 @@ class LocalExecutor(Executor):
         if trace is not None:
             prepared.facts.update(trace.facts())
         prepared.facts.update(self._memory_after_run(memory))
-        return counters, settled
+        return counters
 
     def _memory_before_run(self) -> dict[str, int | None]:
         """Read right before the timed run (a pre-run covariate, not an outcome): the free
@@ -288,18 +298,14 @@ class LocalExecutor(Executor):
                 self.scratch.journal.done(ident)
 
 
-def _run_in_guest(built: Any, workload: Any, host_devices: list[str]) -> tuple[measure.RunCounters, Prepared]:
-    """The rest of a trial whose stack has a vm layer: the layers above it and the workload
-    run in the guest. Returns the counters and a Prepared carrying units and facts."""
-    archive = getattr(workload, "archive", None)  # an extract's tree, packed on the host
-    request = {
-        "layers": [layer.options.model_dump(warnings=False) for layer in built.rest],
-        "first_index": len(built.parts) + 1,
-        "workload": {"name": workload.name, "options": workload.options.model_dump(warnings=False)},
-        "archive": {**archive.__dict__, "path": str(archive.path)} if archive else None,
-        "reference_fs_size": workload.reference_fs_size,
-        "timeout": workload.options.timeout,
-    }
-    result = built.elsewhere.run(request, host_devices, workload.options.timeout)
-    prepared = Prepared(argv=[], cwd=built.top, units=result.units, unit=result.unit, facts=result.facts)
-    return result.counters, prepared
+def _guest_request(built: BuiltStack, workload: Workload[WorkloadOptions]) -> GuestRequest:
+    """The rest of a trial whose stack has a vm layer: the layers above it and the workload."""
+    return GuestRequest(
+        layers=[layer.options.model_dump(warnings=False) for layer in built.rest],
+        first_index=len(built.parts) + 1,
+        workload_name=workload.name,
+        workload=workload.options.model_dump(warnings=False),
+        packed=workload.packed(),
+        reference_fs_size=workload.reference_fs_size,
+        timeout=workload.options.timeout,
+    )

@@ -4,6 +4,7 @@ shutdown). Boot and shutdown stay outside the timed region."""
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import signal
@@ -11,14 +12,14 @@ import site
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from layerbench.core.errors import SetupError
 from layerbench.guest import kernel
+from layerbench.guest.protocol import GuestAnswer, GuestRequest
 from layerbench.linux import procfs, system
-from layerbench.observe import measure
+from layerbench.observe.run_result import RunResult
 from layerbench.scratch import Scratch
 
 QEMU = "qemu-system-x86_64"
@@ -218,19 +219,11 @@ def _kvm_boots(guest: kernel.GuestKernel, where: Path) -> bool:
 class _Measured:
     """What the host saw of one guest run."""
 
-    result: dict[str, Any]
+    answer: GuestAnswer
     host_wall_s: float
     booted_s: float
     qemu_cpu_s: float
     host_devices: dict[str, dict[str, int]]
-
-
-@dataclass
-class GuestResult:
-    counters: measure.RunCounters
-    units: float | None
-    unit: str | None
-    facts: dict[str, Any] = field(default_factory=dict)
 
 
 class GuestTrial:
@@ -262,21 +255,28 @@ class GuestTrial:
             f"disk {self.spec.disk_bus} cache={self.spec.disk_cache} on {self.spec.disk_image}"
         )
 
-    def run(self, request: dict[str, Any], host_devices: list[str], timeout: float | None) -> GuestResult:
+    def run(self, request: GuestRequest, host_devices: list[str], timeout: float | None) -> RunResult:
+        """The rest of the trial in a freshly booted guest: its result, with the host's view
+        of the run (qemu's CPU, the host's devices) put beside the guest's own counters."""
         share = self.spec.share
         self._write_boot_env()
-        request = {**request, "scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
-        (share / "request.json").write_text(json.dumps(request))
+        request = request.model_copy(
+            update={"scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
+        )
+        (share / "request.json").write_text(request.model_dump_json())
         measured = self._boot_and_run(host_devices, timeout)
-        result = measured.result
-        if "error" in result:
-            raise SetupError(f"in the guest: {result['error']}")
-        row = result["counters"]
-        guest_helper_cpu = row["helper_cpu_s"]
-        row["helper_cpu_s"] = measured.qemu_cpu_s
-        row["devices"] = {f"guest:{k}": v for k, v in row["devices"].items()} | measured.host_devices
+        answer = measured.answer
+        if answer.result is None:
+            raise SetupError(f"in the guest: {answer.error or 'no result'}")
+        counters = answer.result.counters
+        guest_helper_cpu = counters.helper_cpu_s
+        counters = dataclasses.replace(
+            counters,
+            helper_cpu_s=measured.qemu_cpu_s,
+            devices={f"guest:{k}": v for k, v in counters.devices.items()} | measured.host_devices,
+        )
         facts = {
-            **result["facts"],
+            **answer.result.facts,
             "guest": {
                 "accel": self.spec.accel,
                 "accel_why": self.accel_why,
@@ -287,13 +287,13 @@ class GuestTrial:
                 "host: helper_cpu_s (the qemu process), host:* devices",
                 "host_wall_s": measured.host_wall_s,
                 "boot_and_setup_s": measured.booted_s,
-                "guest_uptime": result["phases"],
+                "guest_uptime": answer.phases,
                 "guest_helper_cpu_s": guest_helper_cpu,
-                "mount_lines": result["mount_lines"],
-                "devices": result["devices"],
+                "mount_lines": answer.mount_lines,
+                "devices": answer.devices,
             },
         }
-        return GuestResult(measure.RunCounters(**row), result["units"], result["unit"], facts)
+        return dataclasses.replace(answer.result, counters=counters, facts=facts)
 
     def _write_boot_env(self) -> None:
         share = self.spec.share
@@ -330,7 +330,7 @@ class GuestTrial:
             limit = (timeout or 24 * 3600.0) + 120
             self._wait_for(share / "result.json", qemu, limit, "finish the run")
             measured = _Measured(
-                result=json.loads((share / "result.json").read_text()),
+                answer=GuestAnswer.model_validate_json((share / "result.json").read_text()),
                 host_wall_s=time.monotonic() - go_at,
                 booted_s=booted_s,
                 qemu_cpu_s=max(qemu_cpu_seconds(pid) - cpu_before, 0.0),

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from layerbench.content.archives import Archive
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 
@@ -78,6 +79,9 @@ class Workload(ABC, Generic[OptionsT]):
     summary: ClassVar[str] = ""
     tools: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[bool] = False  # its timed run writes onto the stack's top (refused on a read-only one)
+    # The metrics a user of this kind reads first: each one's comparison leads the workload's
+    # part of the report, in this order (a fio job: IOPS and latency before elapsed time).
+    headline_metrics: ClassVar[tuple[str, ...]] = ("wall_s",)
     needs_world: ClassVar[bool] = False  # runs in a chroot: every stack of the plan needs a world
     # The smallest file system any stack of the plan makes: a fractional fill on a stack that
     # sits on the scratch root's own file system writes this much (set by make_workloads).
@@ -118,6 +122,13 @@ class Workload(ABC, Generic[OptionsT]):
     def fetch(self) -> None:
         """Once per experiment, before anything is stored: download or pack what the runs
         need (untimed). Most workloads need nothing."""
+
+    def packed(self) -> Archive | None:
+        """A tree fetch() packed on this host for the runs to unpack; a guest is handed it."""
+        return None
+
+    def use_packed(self, archive: Archive) -> None:
+        """Take the tree packed on the host (seen read-only here) instead of packing it again."""
 
     @abstractmethod
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:

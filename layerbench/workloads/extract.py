@@ -48,6 +48,12 @@ class Extract(Workload[ExtractOptions]):
     def fetch(self) -> None:
         self.archive  # noqa: B018 - packs a built-in archive once, untimed
 
+    def packed(self) -> Archive:
+        return self.archive
+
+    def use_packed(self, archive: Archive) -> None:
+        self.archive = archive
+
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:
         options = self.options
         archive = self.archive

@@ -34,6 +34,30 @@ kind = "stream-write"
 size = "16M"
 """
 
+# fio in a guest: the same trial procedure as on the host, so the same figures (IOPS, latency
+# percentiles, bytes claimed durable by end_fsync).
+FIO_PLAN = """
+name = "vm-fio"
+reps = 1
+rerun_disturbed = 0
+warmup = 0
+baseline = "native"
+[stacks.native]
+layers = [{ kind = "image", fs = "ext4", size = "256M" }]
+[stacks.vm]
+layers = [{ kind = "vm", cpus = 1, memory = "512M", disk_size = "512M", cache = "none" }]
+[workloads.mix]
+kind = "fio"
+[workloads.mix.options]
+rw = "randrw"
+rwmixread = 70
+bs = "4k"
+size = "8M"
+ioengine = "psync"
+direct = 1
+end_fsync = 1
+"""
+
 SLOW_PLAN = """
 name = "vm-slow"
 reps = 3
@@ -113,6 +137,32 @@ def test_the_accelerator_is_recorded_and_reported(vm_experiment: dict[str, objec
 
 def test_no_qemu_after_a_run(vm_experiment: dict[str, object]) -> None:
     assert vm_experiment["leftovers"] == []
+
+
+def test_fio_in_a_vm_reports_iops_latency_and_durability_like_the_host(tmp_path: Path) -> None:
+    _vm_capable()
+    plan = tmp_path / "plan.toml"
+    plan.write_text(FIO_PLAN)
+    db = tmp_path / "r.db"
+    scratch = TEST_ROOT / "vm-fio"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert leftovers(scratch) == []
+    document = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    runs = {r["stack"]: r for r in document["runs"]}
+    assert {run["status"] for run in runs.values()} == {"ok"}, [r["error"] for r in runs.values()]
+    for stack in ("native", "vm"):
+        run = runs[stack]
+        for direction in ("read", "write"):
+            assert run[f"{direction}_iops"] > 0, (stack, direction)
+            assert run[f"{direction}_clat_p99_ns"] > 0, (stack, direction)
+        assert run["fio_runtime_s"] > 0 and run["facts"]["fio_jobs"], stack
+        # end_fsync: the bytes fio wrote are claimed durable and reached the bottom device.
+        durability = run["facts"]["durability"]
+        assert durability["claimed_bytes"] == run["write_io_bytes"] and durability["durable"], durability
+    assert "guest" in runs["vm"]["facts"] and "guest" not in runs["native"]["facts"]
+    text = cli("report", "--db", str(db), check=True).stdout
+    assert "read IOPS" in text or "read_iops" in text, text
 
 
 def _start_slow(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path]:
