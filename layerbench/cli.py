@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from layerbench import __version__
+from layerbench import __version__, reports
 from layerbench.analysis.compare import compare, load_side, trends
 from layerbench.core.errors import UserError
 from layerbench.core.sizes import parse_size
@@ -32,10 +32,9 @@ from layerbench.cross_experiments import cmd_serve, cmd_trend
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH
 from layerbench.plan import Plan, expansion, footprint, load_plan
-from layerbench.reports import base as reports
-from layerbench.reports import comparison as comparison_formats
-from layerbench.reports import csv_export
-from layerbench.reports import history as history_formats
+from layerbench.reports import comparison as comparison_report
+from layerbench.reports import contents, csv_export, document
+from layerbench.reports import history as history_report
 from layerbench.reports import text as text_report
 from layerbench.scratch import DEFAULT_ROOT, Scratch, check_root
 from layerbench.selftest import doctor, repeatability, validity
@@ -151,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="report an experiment (the newest by default)")
     report.add_argument("experiment", nargs="?", type=int, help="experiment id")
     report.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
-    report.add_argument("--format", default="text", choices=sorted(reports.load_formats()))
+    report.add_argument("--format", default="text", choices=document.load_formats("experiment"))
     report.add_argument("-o", "--output", type=Path, help="write to this file")
     report.add_argument(
         "--what",
@@ -170,12 +169,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     comparing.add_argument("--db", type=str, default=DEFAULT_DB, help="results of A (and of B): " + DB_HELP)
     comparing.add_argument("--db-b", type=str, help="results of B, when they are elsewhere")
-    comparing.add_argument("--format", default="text", choices=sorted(comparison_formats.FORMATS))
+    comparing.add_argument("--format", default="text", choices=document.load_formats("comparison"))
     comparing.add_argument("-o", "--output", type=Path, help="write to this file")
 
     history = commands.add_parser("history", help="every experiment in the results file")
     history.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
-    history.add_argument("--format", default="text", choices=sorted(history_formats.FORMATS))
+    history.add_argument("--format", default="text", choices=document.load_formats("history"))
 
     doctoring = commands.add_parser("doctor", help="is this host fit to measure on? checks with fixes")
     doctoring.add_argument("plan", nargs="?", help="plan TOML file: check its tools and disk space too")
@@ -237,8 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if experiment is None:
             return 130
         if not args.quiet:
-            for part in text_report.build(reports.gather(experiment.store, experiment.id)):  # type: ignore[arg-type]
-                out.print(part)
+            text_report.show(out, contents.document(reports.gather(experiment.store, experiment.id)))  # type: ignore[arg-type]
         console.print(f"experiment {experiment.id} stored in {args.db}")
         return 0
 
@@ -518,22 +516,21 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UserError("--what samples: only with --format csv (json holds the samples of every run)")
         return _emit(csv_export.render_samples(data), args.output)
     if args.format == "text" and args.output is None:
-        for part in text_report.build(data):
-            out.print(part)
+        text_report.show(out, contents.document(data))
         return 0
     return _emit(reports.render(data, args.format), args.output)
 
 
-def _emit(document: str, output: Path | None) -> int:
+def _emit(text: str, output: Path | None) -> int:
     if output is None:
-        sys.stdout.write(document)
+        sys.stdout.write(text)
         return 0
     # Write beside the target and rename: never a half-written report.
     directory = output.resolve().parent
     if not directory.is_dir():
         raise UserError(f"-o {output}: directory {directory} does not exist")
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as handle:
-        handle.write(document)
+        handle.write(text)
     # NamedTemporaryFile makes 0600 files; a report is meant to be shared like any file.
     umask = os.umask(0)
     os.umask(umask)
@@ -552,14 +549,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UserError("compare: give experiments A and B, or --fleet FLEET")
     side_a = load_side(args.db, args.a)
     side_b = load_side(args.db_b or args.db, args.b)
-    return _emit(comparison_formats.FORMATS[args.format](compare(side_a, side_b)), args.output)
+    return _emit(_render_comparison(compare(side_a, side_b), args.format), args.output)
+
+
+def _render_comparison(comparison: Any, format_name: str) -> str:
+    report = document.Report("comparison", comparison, lambda: comparison_report.document(comparison))
+    return document.render(report, format_name)
 
 
 def _compare_fleet(args: argparse.Namespace) -> int:
     from layerbench.analysis.compare import compare_fleet
 
     record, comparisons = compare_fleet(args.db, args.fleet)
-    render = comparison_formats.FORMATS[args.format]
+
+    def render(comparison: Any) -> str:
+        return _render_comparison(comparison, args.format)
+
     if args.format == "json":
         documents = [json.loads(render(c)) for c in comparisons]
         document = {"fleet": record["id"], "reference": record["reference"], "comparisons": documents}
@@ -577,7 +582,9 @@ def cmd_history(args: argparse.Namespace) -> int:
         experiments = store.history()
     finally:
         store.close()
-    return _emit(history_formats.FORMATS[args.format](trends(args.db, experiments)), None)
+    records = trends(args.db, experiments)
+    report = document.Report("history", records, lambda: history_report.document(records))
+    return _emit(document.render(report, args.format), None)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -239,6 +239,7 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
 
 def chromium(*args: str) -> subprocess.CompletedProcess[str]:
     """Headless Chromium with a throwaway profile under the test root."""
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)  # the first test of a session may need it
     profile = tempfile.mkdtemp(prefix="chromium-", dir=TEST_ROOT)
     try:
         return subprocess.run(

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import stats
+from layerbench import reports, stats
 from layerbench.core import metrics
-from layerbench.reports import base as reports
 from layerbench.reports import json_export
 from layerbench.store import Store
 

@@ -13,8 +13,8 @@ import pytest
 from helpers import REPO, cli
 from sqlalchemy import inspect, text
 
+from layerbench import reports
 from layerbench.core.errors import UserError
-from layerbench.reports import base as reports
 from layerbench.store import Store, migrate, schema
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from layerbench import cli
+from layerbench import cli, reports
 from layerbench.core.sizes import parse_size
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import load_plan
 from layerbench.plan.schedule import Trial
-from layerbench.reports import base as reports
 from layerbench.selftest import doctor
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Exposed, Layer, LayerOptions, Placement
 from layerbench.stacks.base import register as register_layer

@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layerbench import stats
+from layerbench import reports, stats
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
 from layerbench.plan.schedule import Trial
-from layerbench.reports import base as reports
 from layerbench.stats import sequential
 from layerbench.store import Store
 

@@ -201,6 +201,7 @@ def browser() -> Iterator[Any]:
     """Headless Chromium with a throw-away profile; quit at the end, whatever happened."""
     if not shutil.which("chromium") or not shutil.which("chromedriver"):
         pytest.skip("Debian's chromium and chromium-driver are not installed (deps/apt.txt)")
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)  # the first test of a session may need it
     profile = tempfile.mkdtemp(prefix="chromium-serve-", dir=TEST_ROOT)
     options = Options()
     options.binary_location = shutil.which("chromium") or "chromium"

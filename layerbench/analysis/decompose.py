@@ -286,14 +286,28 @@ def grown_threads(
     return [f"{n} +{d:.2f} s" for d, n in grown[:most] if d > 0.005]
 
 
-def flow(runs: list[dict[str, Any]]) -> tuple[float | None, list[tuple[str, float]]]:
-    """(median bytes the workload wrote, [(device, median bytes written to it)], top first)."""
+def flow(
+    runs: list[dict[str, Any]], direction: str = "write"
+) -> tuple[float | None, list[tuple[str, float]]]:
+    """(median bytes the workload moved in direction, [(device, median bytes it moved)], top
+    first). The workload's bytes: fio's own count for that direction where it reports one;
+    else, for writes, its work when counted in bytes; else unknown (None). A workload that
+    counts its directions and moved nothing one way gives 0 there."""
     chain = measure.device_chain(runs)
     hops = []
     for device in chain or []:
-        values = [r["devices"][device]["write_bytes"] for r in runs if device in (r.get("devices") or {})]
+        values = [
+            r["devices"][device][f"{direction}_bytes"] for r in runs if device in (r.get("devices") or {})
+        ]
         if values:
             hops.append((device, float(np.median(values))))
+    own = f"{direction}_io_bytes"
+    if any(own in r for r in runs) and any(
+        r.get(f"{other}_io_bytes") is not None for r in runs for other in ("read", "write")
+    ):
+        return float(np.median([r.get(own) or 0 for r in runs])), hops
+    if direction != "write":
+        return None, hops
     return _median([r["units"] for r in runs if r.get("unit") == "bytes" and r.get("units")]), hops
 
 
@@ -301,7 +315,7 @@ def flow_text(runs: list[dict[str, Any]]) -> str | None:
     """`1.00 GiB written by the workload -> 1.02 GiB to loop0 -> 1.03 GiB to vda (x1.03)`:
     the medians over a stack's runs of what each device of the stack received."""
     written, hops = flow(runs)
-    if not hops:
+    if not hops or written == 0:
         return None
     parts = [f"{format_size(int(written))} written by the workload"] if written else []
     parts += [f"{format_size(int(value))} to {device}" for device, value in hops]

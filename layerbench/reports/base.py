@@ -1,8 +1,5 @@
 """What every report shows, gathered once from the store; and the format registry."""
 
-import importlib
-import pkgutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -122,13 +119,6 @@ class ReportData:
     def split_lines(self, workload: str) -> list[str]:
         return [f"{split.stack}: {split.text()}" for split in self.splits(workload)]
 
-    def flow_lines(self, workload: str) -> list[str]:
-        """Per stack with block devices: the workload's bytes down through them."""
-        found = (
-            (stack, decompose.flow_text(self.measured.get((stack, workload), []))) for stack in self.stacks
-        )
-        return [f"{stack}: {text}" for stack, text in found if text]
-
     def helper_cpu(self, workload: str) -> dict[str, float]:
         """Median CPU seconds of each stack's helper processes, where it has any."""
         found = {stack: self.median(stack, workload, "helper_cpu_s") for stack in self.stacks}
@@ -195,7 +185,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     data.warnings += adaptive.notes(facts) + sequential.notes(facts) + noise.warnings(runs)
     data.warnings += durability.warnings(runs) + tracing.warnings(runs)
     data.warnings += guest_notes.notes(runs) + [
-        n for w in workloads for n in _workload_kind(data, w).notes(_runs_by_stack(data, w))
+        n for w in workloads for n in workload_kind(data, w).notes(_runs_by_stack(data, w))
     ]
     return data
 
@@ -222,7 +212,7 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
     return ratios
 
 
-def _workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOptions]]:
+def workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOptions]]:
     return load_workload_kinds()[data.experiment["plan"]["workloads"][workload]["kind"]]
 
 
@@ -235,12 +225,12 @@ def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, 
 
 def latency_cdfs(data: ReportData, workload: str) -> list[LatencyCdf]:
     """The latency distributions the workload kind measured (fio), for CDF plots."""
-    return _workload_kind(data, workload).latency_cdfs(workload, _runs_by_stack(data, workload))
+    return workload_kind(data, workload).latency_cdfs(workload, _runs_by_stack(data, workload))
 
 
 def details_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]] | None:
     """The workload kind's own table (churn: cycles, latencies, leaks), if it has one."""
-    return _workload_kind(data, workload).details(_runs_by_stack(data, workload))
+    return workload_kind(data, workload).details(_runs_by_stack(data, workload))
 
 
 # ---- shared formatting -----------------------------------------------------------------
@@ -337,76 +327,6 @@ def fmt_count(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def stack_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]]:
-    """The per-workload table every human-facing format shows."""
-    header = [
-        "stack",
-        "wall (median) [95% CI]",
-        "ratio [CI, level]",
-        "verdict",
-        "p adj.",
-        "CPU %",
-        "faults maj/min",
-        "block in+out",
-        "throughput",
-        "helper CPU",
-        "n",
-    ]
-    rows = []
-    unit = data.unit(workload)
-    for stack in data.stacks:
-        wall = data.summary(stack, workload, "wall_s")
-        if wall is None or wall.n == 0:
-            rows.append([stack, "-", "-", "no successful runs", "-", "-", "-", "-", "-", "-", "0"])
-            continue
-        medians = data.medians_of_runs(stack, workload)
-        rows.append(
-            [
-                stack,
-                fmt_median_ci(wall),
-                fmt_ratio(wall),
-                wall.verdict,
-                fmt_p(wall),
-                f"{medians['cpu_pct']:.1f}",
-                f"{fmt_count(medians['majflt'])}/{fmt_count(medians['minflt'])}",
-                f"{fmt_count(medians['inblock'])}+{fmt_count(medians['oublock'])}",
-                fmt_throughput(data.median(stack, workload, "throughput"), unit),
-                fmt_seconds(medians["helper_cpu_s"]) if medians["helper_cpu_s"] else "-",
-                str(wall.n),
-            ]
-        )
-    return header, rows
-
-
-def marginal_table(data: ReportData, workload: str) -> tuple[list[str], list[list[str]]] | None:
-    """What each layer of an incremental stack adds (elapsed time), where the plan has one."""
-    steps = data.marginals_of(workload)
-    if not steps:
-        return None
-    header = [
-        "stack",
-        "adds",
-        "on top of",
-        "ratio [CI, level]",
-        "verdict",
-        "p adj.",
-        f"against {data.baseline}",
-    ]
-    rows = [
-        [
-            step.stack,
-            step.layer,
-            step.previous,
-            fmt_ratio(step.row),
-            step.row.verdict,
-            fmt_p(step.row),
-            fmt_ratio(data.summary(step.stack, workload, "wall_s")),
-        ]
-        for step in steps
-    ]
-    return header, rows
-
-
 def host_lines(host: dict[str, Any]) -> list[str]:
     disks = (
         ", ".join(
@@ -424,26 +344,3 @@ def host_lines(host: dict[str, Any]) -> list[str]:
         f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
         *([f"Scratch file system (and loop images): {state}"] if (state := fsstate.summary(fs)) else []),
     ]
-
-
-FORMATS: dict[str, Callable[[ReportData], str]] = {}
-
-
-def register(name: str) -> Callable[[Callable[[ReportData], str]], Callable[[ReportData], str]]:
-    def add(function: Callable[[ReportData], str]) -> Callable[[ReportData], str]:
-        FORMATS[name] = function
-        return function
-
-    return add
-
-
-def load_formats() -> dict[str, Callable[[ReportData], str]]:
-    package = importlib.import_module("layerbench.reports")
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name != "base":
-            importlib.import_module(f"layerbench.reports.{info.name}")
-    return FORMATS
-
-
-def render(data: ReportData, format_name: str) -> str:
-    return load_formats()[format_name](data)

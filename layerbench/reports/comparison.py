@@ -1,21 +1,12 @@
-"""The formats of `layerbench compare`: text, markdown, json, html. Each shows, in this
+"""The report of `layerbench compare`, one Document every format renders. It shows, in this
 order: the drift line (when the host moved), the relative costs, the absolute times, the
 sentinel's parts side by side, and the host differences."""
-
-import html as html_escape
-import io
-import json
-from collections.abc import Callable
-
-from rich.console import Console
-from rich.table import Table
 
 from layerbench import stats
 from layerbench.analysis.compare import Comparison
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
-from layerbench.reports.html import bullet_list, figure, page, table
-from layerbench.reports.json_export import finite
+from layerbench.reports.document import Block, Cell, Document, Figure, Lines, Section, Table
 
 HEADER = [
     "stack",
@@ -29,7 +20,7 @@ HEADER = [
 ]
 
 
-def rows(comparison: Comparison) -> list[list[str]]:
+def absolute_rows(comparison: Comparison) -> list[list[str]]:
     groups_a = stats.measured(comparison.a.runs)
     result = []
     for row in comparison.rows:
@@ -143,149 +134,100 @@ def title(comparison: Comparison) -> str:
     return f"A = experiment {a.label} in {a.db}; B = experiment {b.label} in {b.db}"
 
 
-def render_text(comparison: Comparison) -> str:
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False, markup=False)
-    console.print(title(comparison))
-    for line in drift_lines(comparison):
-        console.print(line)
-    if comparison.relative:
-        relative = Table(
-            title="relative cost (each stack against its own baseline), B against A", title_justify="left"
+def _verdicts(table_rows: list[list[str]], verdict_column: int) -> tuple[list[list[Cell]], list[str]]:
+    """Cells of rows whose verdict is a sentence: the word in the table, the rest a note."""
+    rows, notes = [], []
+    for cells in table_rows:
+        verdict = cells[verdict_column]
+        word, _, rest = verdict.partition(":")
+        style = word.split()[-1] if word else ""
+        row = [Cell(c) for c in cells]
+        row[verdict_column] = Cell(word, style=style if style in ("slower", "faster", "equivalent") else "")
+        rows.append(row)
+        if rest:
+            notes.append(f"{cells[0]} / {cells[1]}: {verdict}")
+    return rows, notes
+
+
+def _relative(comparison: Comparison) -> list[Section]:
+    if not comparison.relative:
+        return []
+    rows, row_notes = _verdicts(relative_rows(comparison), 6)
+    said = (
+        "Each stack's wall time over its own experiment's baseline in the same round; B's ratios "
+        "against A's. A host that got slower or faster for every stack cancels here."
+    )
+    return [
+        Section(
+            "Relative cost, B against A",
+            [Lines([said]), Table(RELATIVE_HEADER, rows, notes=row_notes, left=(0, 1, 6))],
         )
-        for column in RELATIVE_HEADER:
-            relative.add_column(
-                column, justify="left" if column in ("stack", "workload", "verdict") else "right"
-            )
-        for row in relative_rows(comparison):
-            relative.add_row(*row)
-        console.print(relative)
-    result = Table(title="absolute wall time, B against A", title_justify="left")
-    for column in HEADER:
-        result.add_column(column, justify="left" if column in ("stack", "workload", "verdict") else "right")
-    for row in rows(comparison):
-        result.add_row(*row)
-    console.print(result)
-    if comparison.drift.sentinel_moves:
-        probes = Table(title="drift sentinel, B against A", title_justify="left")
-        for column in SENTINEL_HEADER:
-            probes.add_column(column, justify="left" if column == "sentinel part" else "right")
-        for row in sentinel_rows(comparison):
-            probes.add_row(*row)
-        console.print(probes)
-    hosts = Table(title="host differences", title_justify="left")
-    for column in ("key", "A", "B"):
-        hosts.add_column(column)
-    for row in host_rows(comparison):
-        hosts.add_row(*row)
-    console.print(hosts if comparison.host_differences else "host differences: none")
-    for note in notes(comparison):
-        console.print(f"note: {note}")
-    return buffer.getvalue()
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def render_markdown(comparison: Comparison) -> str:
-    lines = [
-        "## layerbench comparison",
-        "",
-        title(comparison),
-        "",
-        *(f"**{line}**" for line in drift_lines(comparison)),
     ]
-    if comparison.relative:
-        lines += ["", "### Relative cost (each stack against its own baseline), B against A", ""]
-        lines += [_md_row(RELATIVE_HEADER), _md_row(["---"] * len(RELATIVE_HEADER))]
-        lines += [_md_row(r) for r in relative_rows(comparison)]
-    lines += ["", "### Absolute wall time, B against A", ""]
-    lines += [_md_row(HEADER), _md_row(["---"] * len(HEADER)), *(_md_row(r) for r in rows(comparison))]
-    if comparison.drift.sentinel_moves:
-        lines += ["", "### Drift sentinel, B against A", "", _md_row(SENTINEL_HEADER)]
-        lines += [_md_row(["---"] * len(SENTINEL_HEADER)), *(_md_row(r) for r in sentinel_rows(comparison))]
-    lines += ["", "### Host differences", ""]
-    if comparison.host_differences:
-        lines += [
-            _md_row(["key", "A", "B"]),
-            _md_row(["---"] * 3),
-            *(_md_row(r) for r in host_rows(comparison)),
-        ]
-    else:
-        lines.append("none")
-    if notes(comparison):
-        lines += ["", "### Notes", "", *(f"- {n}" for n in notes(comparison))]
-    return "\n".join(lines) + "\n"
 
 
-def render_json(comparison: Comparison) -> str:
-    return json.dumps(finite(comparison.as_dict()), indent=2, allow_nan=False) + "\n"
-
-
-def render_html(comparison: Comparison) -> str:
+def _absolute(comparison: Comparison) -> Section:
     panels: dict[str, list[plots.RatioPoint]] = {}
     for row in comparison.rows:
         panels.setdefault(f"workload {row.workload}", []).append(
             plots.RatioPoint(
-                row.stack,
-                row.ratio,
-                row.ratio_ci_low,
-                row.ratio_ci_high,
-                significant=row.significant,
+                row.stack, row.ratio, row.ratio_ci_low, row.ratio_ci_high, significant=row.significant
             )
         )
-    body = [
-        "<h1>layerbench comparison</h1>",
-        f"<p>{html_escape.escape(title(comparison))}</p>",
-        *(f"<p><b>{html_escape.escape(line)}</b></p>" for line in drift_lines(comparison)),
-    ]
-    if comparison.relative:
-        body += [
-            "<h2>Relative cost, B against A</h2>",
-            "<p class='note'>Each stack's wall time over its own experiment's baseline in the same round; "
-            "B's ratios against A's. A host that got slower or faster for every stack cancels here.</p>",
-            table(RELATIVE_HEADER, relative_rows(comparison)),
-        ]
-    body += [
-        "<h2>Absolute wall time, B against A</h2>",
-        "<p class='note'>B / A with its interval at the level its verdict was decided at; red and "
-        "starred: significant after the correction for many comparisons.</p>",
-    ]
-    if panels:
-        body.append(figure(plots.ratio_figure(panels, xlabel="wall time ratio B / A"), "ratio-plot"))
-    body.append(table(HEADER, rows(comparison)))
-    if comparison.drift.sentinel_moves:
-        series = host_state.sentinel_series(
-            {"A ": comparison.a.sentinels, "B ": comparison.b.sentinels}, comparison.a.sentinels
-        )
-        chart = plots.sentinel_figure(
-            series, xlabel="minutes since A's first probe", ylabel="time / A's median"
-        )
-        body += [
-            "<h2>Drift sentinel, B against A</h2>",
-            figure(chart, "sentinel-plot"),
-            table(SENTINEL_HEADER, sentinel_rows(comparison)),
-        ]
-    body.append("<h2>Host differences</h2>")
-    body.append(
-        table(["key", "A", "B"], host_rows(comparison)) if comparison.host_differences else "<p>none</p>"
+    rows, row_notes = _verdicts(absolute_rows(comparison), 6)
+    said = (
+        "B / A with its interval at the level its verdict was decided at; significant after the "
+        "correction for many comparisons where it says slower or faster."
     )
-    body += [
-        "<h2>Hosts</h2>",
-        "<h3>A</h3>",
-        bullet_list(host_lines(comparison.a.experiment["host"])),
-        "<h3>B</h3>",
-        bullet_list(host_lines(comparison.b.experiment["host"])),
+    blocks: list[Block] = [Lines([said])]
+    if panels:
+        blocks.append(
+            Figure(
+                "ratio-plot",
+                "B / A per stack",
+                lambda: plots.ratio_figure(panels, xlabel="wall time ratio B / A"),
+            )
+        )
+    blocks.append(Table(HEADER, rows, notes=row_notes, left=(0, 1, 6)))
+    return Section("Absolute wall time, B against A", blocks)
+
+
+def _sentinel(comparison: Comparison) -> list[Section]:
+    if not comparison.drift.sentinel_moves:
+        return []
+    series = host_state.sentinel_series(
+        {"A ": comparison.a.sentinels, "B ": comparison.b.sentinels}, comparison.a.sentinels
+    )
+    figure = Figure(
+        "sentinel-plot",
+        "the drift sentinel of A and B",
+        lambda: plots.sentinel_figure(
+            series, xlabel="minutes since A's first probe", ylabel="time / A's median"
+        ),
+    )
+    rows = [[Cell(c) for c in r] for r in sentinel_rows(comparison)]
+    return [Section("Drift sentinel, B against A", [figure, Table(SENTINEL_HEADER, rows)])]
+
+
+def document(comparison: Comparison) -> Document:
+    """The comparison's report: the drift line first, the relative costs, the absolute
+    times, the sentinel's parts side by side, the hosts and how they differ."""
+    sections = [*_relative(comparison), _absolute(comparison), *_sentinel(comparison)]
+    differences: Block = (
+        Table(["key", "A", "B"], [[Cell(c) for c in r] for r in host_rows(comparison)], left=(0, 1, 2))
+        if comparison.host_differences
+        else Lines(["none"])
+    )
+    sections += [
+        Section("Host differences", [differences]),
+        Section(
+            "Hosts",
+            [
+                Lines(host_lines(comparison.a.experiment["host"]), "A"),
+                Lines(host_lines(comparison.b.experiment["host"]), "B"),
+            ],
+        ),
     ]
-    if notes(comparison):
-        body += ["<h2>Notes</h2>", bullet_list(notes(comparison), "warnings")]
-    return page("layerbench comparison", body)
-
-
-FORMATS: dict[str, Callable[[Comparison], str]] = {
-    "text": render_text,
-    "markdown": render_markdown,
-    "json": render_json,
-    "html": render_html,
-}
+    if found := notes(comparison):
+        sections.append(Section("Notes", [Lines(found)]))
+    lead = [title(comparison), *drift_lines(comparison)]
+    return Document("layerbench comparison", lead, sections, wide=True)  # 8 columns of intervals

@@ -4,14 +4,16 @@ one row per time-series sample, keyed by the run's trial."""
 import csv
 import io
 
-from layerbench.reports.base import ReportData, register
+from layerbench.reports.base import ReportData
+from layerbench.reports.document import Report, register
 from layerbench.store import SAMPLE_COLUMNS, run_columns
 
 SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")
 
 
-@register("csv")
-def render(data: ReportData) -> str:
+@register("csv", kinds=("experiment",))
+def render(report: Report) -> str:
+    data: ReportData = report.data
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["experiment", *run_columns()])

@@ -1,12 +1,8 @@
-"""The formats of `layerbench history`: a table of every experiment, or JSON."""
+"""The report of `layerbench history`: a table of every experiment, one Document."""
 
-import io
-import json
-from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from layerbench.reports.document import Cell, Document, Section, Table
 
 COLUMNS = ("id", "name", "fleet", "host", "kernel", "started", "status", "runs", "stacks", "workloads")
 TREND = "against previous"  # the same plan's previous finished experiment, as compare reads it
@@ -39,21 +35,10 @@ def _cells(record: dict[str, Any]) -> list[str]:
     ] + [_trend(record)]
 
 
-def render_text(records: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False, markup=False)
-    table = Table(title="experiments", title_justify="left")
-    for column in (*COLUMNS, TREND):
-        table.add_column(column, justify="right" if column in ("id", "runs") else "left")
-    for record in records:
-        table.add_row(*_cells(record))
-    console.print(table)
-    return buffer.getvalue()
-
-
-def render_json(records: list[dict[str, Any]]) -> str:
-    # 2: every experiment has `against_previous` (null for the first of its name).
-    return json.dumps({"schema_version": 2, "experiments": records}, indent=2) + "\n"
-
-
-FORMATS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"text": render_text, "json": render_json}
+def document(records: list[dict[str, Any]]) -> Document:
+    """Every experiment of a store, oldest first, each against its plan's previous one."""
+    rows = [[Cell(text) for text in _cells(record)] for record in records]
+    header = [*COLUMNS, TREND]
+    table = Table(header, rows, left=tuple(i for i, c in enumerate(header) if c not in ("id", "runs")))
+    sections = [Section("Experiments", [table])]
+    return Document("layerbench history", [f"{len(records)} experiment(s)"], sections, wide=True)

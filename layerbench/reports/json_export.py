@@ -6,7 +6,8 @@ from typing import Any
 
 from layerbench import stats
 from layerbench.analysis import decompose, drift
-from layerbench.reports.base import ReportData, register
+from layerbench.reports.base import ReportData
+from layerbench.reports.document import Report, register
 from layerbench.store import run_columns
 
 # 2: every run carries `samples`, its time series (see docs/counters.md).
@@ -23,8 +24,26 @@ from layerbench.store import run_columns
 SCHEMA_VERSION = 6
 
 
+# The history's own shape: 2: every experiment has `against_previous` (null for the first
+# of its name).
+HISTORY_SCHEMA_VERSION = 2
+
+
 @register("json")
-def render(data: ReportData) -> str:
+def render(report: Report) -> str:
+    """Everything, for programs: an experiment (its shape in docs/reports.md), a comparison,
+    or the history."""
+    if report.kind == "comparison":
+        return json.dumps(finite(report.data.as_dict()), indent=2, allow_nan=False) + "\n"
+    if report.kind == "history":
+        return (
+            json.dumps({"schema_version": HISTORY_SCHEMA_VERSION, "experiments": report.data}, indent=2)
+            + "\n"
+        )
+    return experiment_json(report.data)
+
+
+def experiment_json(data: ReportData) -> str:
     experiment = data.experiment
     groups = data.measured
     document = {

@@ -1,99 +1,60 @@
-"""text: rich tables per workload, for the terminal (the default)."""
+"""text: the document for the terminal (the default), a table row to a line on a
+100-column terminal; lines are not broken (the terminal wraps them, a copied line stays
+whole); the figures are named, drawn in the html report."""
 
 import io
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Table as RichTable
+from rich.text import Text
 
-from layerbench.reports.base import (
-    ReportData,
-    details_table,
-    host_lines,
-    marginal_table,
-    register,
-    stack_table,
-)
+from layerbench.reports.document import Document, Figure, Lines, Report, Table, register
 
-_VERDICT_STYLE = {"slower": "red", "faster": "green", "baseline": "dim", "equivalent": "cyan"}
+WIDTH = 100
+WIDE = 160
+_STYLE = {"slower": "red", "faster": "green", "baseline": "dim", "equivalent": "cyan"}
 
 
-def _fleet_table(data: ReportData) -> list[object]:
-    """A fleet's experiment: each stack's elapsed-time ratio on every host, side by side."""
-    if not data.fleet_ratios:
-        return []
-    header, rows = data.fleet_table()
-    fleet = Table(
-        title=escape(f"fleet {data.experiment['fleet']}: elapsed time per host"), title_justify="left"
-    )
-    for column in header:
-        fleet.add_column(column)
-    for row in rows:
-        fleet.add_row(*map(escape, row))
-    return [fleet]
+def _table(table: Table) -> RichTable:
+    shown = RichTable(title=escape(table.title) if table.title else None, title_justify="left")
+    for index, column in enumerate(table.header):
+        shown.add_column(escape(column), justify="left" if index in table.left else "right")
+    for row in table.rows:
+        shown.add_row(*(escape(cell.text) for cell in row), style=_STYLE.get(table.row_style(row), ""))
+    return shown
 
 
-def build(data: ReportData) -> list[object]:
+def build(document: Document) -> list[object]:
     """The renderables, so the CLI can print them in colour."""
-    experiment = data.experiment
-    parts: list[object] = [
-        f"[bold]Experiment {experiment['id']}[/bold] "
-        + escape(
-            f"{experiment['name']} ({experiment['status']}; started {experiment['started']}; "
-            f"seed {experiment['seed']}; baseline {data.baseline})"
-        ),
-        *map(escape, host_lines(experiment["host"])),
-        *map(escape, data.host_state_lines()),
-    ]
-    parts += _fleet_table(data)
-    for workload in data.workloads:
-        header, rows = stack_table(data, workload)
-        table = Table(title=escape(f"workload {workload}"), title_justify="left")
-        for column in header:
-            table.add_column(column, justify="left" if column in ("stack", "verdict") else "right")
-        for row in rows:
-            style = _VERDICT_STYLE.get(row[3].split()[0] if row[3] else "", "")
-            table.add_row(*map(escape, row), style=style)
-        parts.append(table)
-        parts += [f"[bold]why[/bold] {escape(line)}" for line in data.why_lines(workload)]
-        parts += [f"[bold]split[/bold] {escape(line)}" for line in data.split_lines(workload)]
-        parts += [f"[bold]sweep[/bold] {escape(line)}" for line in data.sweep_lines(workload)]
-        if steps := marginal_table(data, workload):
-            added = Table(title=escape(f"workload {workload}: what each layer adds"), title_justify="left")
-            for column in steps[0]:
-                added.add_column(
-                    column, justify="left" if column in ("stack", "adds", "on top of") else "right"
-                )
-            for row in steps[1]:
-                added.add_row(*map(escape, row))
-            parts.append(added)
-        details = details_table(data, workload)
-        if details:
-            extra = Table(title=escape(f"workload {workload}: details"), title_justify="left")
-            for column in details[0]:
-                extra.add_column(column, justify="left" if column == "stack" else "right")
-            for row in details[1]:
-                extra.add_row(*map(escape, row))
-            parts.append(extra)
-    failed = data.failed_runs()
-    if failed:
-        table = Table(title="failed runs", title_justify="left")
-        for column in ("stack", "workload", "rep", "error"):
-            table.add_column(column)
-        for run in failed:
-            rep = f"{run['rep'] + 1}{' (warm-up)' if run['warmup'] else ''}"
-            table.add_row(*map(escape, (run["stack"], run["workload"], rep, run["error"] or "")))
-        parts.append(table)
-    if note := data.design_note():
-        parts.append(escape(note))
-    parts += [f"[yellow]warning:[/yellow] {escape(w)}" for w in data.warnings]
+    parts: list[object] = [f"[bold]{escape(document.title)}[/bold]", *map(escape, document.lead)]
+    for section in document.sections:
+        parts.append(f"\n[bold underline]{escape(section.title)}[/bold underline]")
+        figures = []
+        for block in section.blocks:
+            if isinstance(block, Table):
+                parts.append(_table(block))
+                parts += [f"  [dim]note:[/dim] {escape(note)}" for note in block.notes]
+            elif isinstance(block, Lines):
+                if block.title:
+                    parts.append(f"[bold]{escape(block.title)}[/bold]")
+                parts += [Text(line) if block.preformatted else escape(line) for line in block.lines]
+            elif isinstance(block, Figure):
+                figures.append(block.title)
+        if figures:
+            parts.append(escape(f"(figures in the html report: {'; '.join(figures)})"))
     return parts
 
 
+def show(console: Console, document: Document) -> None:
+    """Print the document: tables fitted to the console, lines whole."""
+    for part in build(document):
+        console.print(part, soft_wrap=not isinstance(part, RichTable))
+
+
 @register("text")
-def render(data: ReportData) -> str:
+def render(report: Report) -> str:
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False)
-    for part in build(data):
-        console.print(part)
+    width = WIDE if report.document.wide else WIDTH
+    show(Console(file=buffer, width=width, color_system=None, highlight=False), report.document)
     return buffer.getvalue()

@@ -9,7 +9,7 @@ import threading
 from layerbench.analysis import trend as trends
 from layerbench.reports import plots
 from layerbench.reports.base import ReportData
-from layerbench.reports.html import ratio_points
+from layerbench.reports.contents import ratio_points
 
 _DRAWING = threading.Lock()
 

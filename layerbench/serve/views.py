@@ -18,6 +18,7 @@ from layerbench import stats
 from layerbench.analysis.compare import flatten
 from layerbench.core.errors import UserError
 from layerbench.reports import base as reports
+from layerbench.reports import contents
 from layerbench.serve import checks
 from layerbench.store import Store
 
@@ -141,11 +142,11 @@ def experiments(browser: Browser, query: QueryParams) -> View:
 
 def _ratio_table(data: reports.ReportData, experiment_id: int) -> Table:
     """The reports' table of each workload, its ratio cell a link to the runs behind it."""
-    header, _ = reports.stack_table(data, data.workloads[0]) if data.workloads else ([], [])
+    tables = {w: contents.comparison_table(data, w, "wall_s") for w in data.workloads}
+    header = next((t.header for t in tables.values() if t is not None), [])
     table = Table("ratios", ["workload", *header])
-    for workload in data.workloads:
-        _, rows = reports.stack_table(data, workload)
-        for row in rows:
+    for workload, shown in tables.items():
+        for row in shown.texts() if shown is not None else []:
             runs = f"/experiments/{experiment_id}/runs?" + urlencode({"stack": row[0], "workload": workload})
             table.add([workload, *row], {1: runs, 3: runs})
     return table

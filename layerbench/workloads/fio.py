@@ -253,6 +253,8 @@ class Fio(Workload[FioOptions]):
     summary = "a fio job (a job file or inline options) on the stack's top: IOPS, bandwidth, latency"
     tools = ("fio",)
     writes = True
+    # A direction the job does not do has no rows, so a read job leads with read IOPS.
+    headline_metrics = ("read_iops", "read_clat_p99_ns", "write_iops", "write_clat_p99_ns", "wall_s")
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         return job_bytes(job_text(self.options, self.name))

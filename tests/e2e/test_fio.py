@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO, TEST_ROOT, cli, drawn_figures, one_line_error
 
 from layerbench.executors.local import LocalExecutor
-from layerbench.reports.base import render
+from layerbench.reports import render
 from layerbench.scratch import Scratch
 from layerbench.session import run_plan
 from layerbench.stacks.base import LAYER_KINDS, register
@@ -96,7 +96,7 @@ def test_the_html_report_draws_a_latency_cdf_per_workload_and_direction(db: Path
     assert set(drawn) == {"latency-cdf-rand-read", "latency-cdf-seq-write"}, dom[-1500:]
     assert all(w > 300 and h > 100 for w, h in drawn.values()), drawn
     # One line per stack with runs: both stacks on rand.
-    svg = page.read_text().split("id='latency-cdf-rand-read'")[1].split("</svg>")[0]
+    svg = page.read_text().split('id="latency-cdf-rand-read"')[1].split("</svg>")[0]
     assert "image" in svg and "ram" in svg
 
 

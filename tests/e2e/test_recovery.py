@@ -240,7 +240,7 @@ def test_failing_full_and_hanging_workloads_are_failed_runs(needs_root: None, tm
     assert "timed out after 1s" in errors["hangs"]
     assert all(r["status"] == "ok" for r in document["runs"] if r["workload"] == "ok")
     text = cli("report", "--db", str(db), check=True).stdout
-    assert "failed runs" in text and "6 run(s) failed" in text
+    assert "Failed runs" in text and "6 run(s) failed" in text
     assert leftovers(scratch) == []
 
 

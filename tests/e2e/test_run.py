@@ -80,7 +80,7 @@ def _report(experiment: dict[str, Path], fmt: str) -> str:
 
 def test_run_prints_the_text_report_and_leaves_nothing(experiment: dict[str, Path]) -> None:
     text = str(experiment["out"])
-    for name in ("disk", "bind", "image", "ram", "union", "workload write", "workload cmd"):
+    for name in ("disk", "bind", "image", "ram", "union", "Workload write", "Workload cmd"):
         assert name in text
     assert leftovers(experiment["scratch"]) == []
     # The root's lock and marker stay (it is the user's directory); nothing else does.
@@ -152,7 +152,13 @@ def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> No
 
 def test_mail_has_one_csh_time_line_per_stack(experiment: dict[str, Path]) -> None:
     mail = _report(experiment, "mail")
-    for block in ("Hardware/OS:", "Config image:", "Test:", "Numbers, write"):
+    for block in (
+        "Hardware/OS:",
+        "Config image:",
+        "Test:",
+        "Workload write:",
+        "Numbers (the run with the median",
+    ):
         assert block in mail
     csh = re.compile(
         r"^(\w+): +\d+\.\d{3}u \d+\.\d{3}s \d+:\d\d\.\d\d \d+\.\d% 0\+\d+k "
@@ -169,11 +175,13 @@ def test_csv_markdown_and_text_parse(experiment: dict[str, Path]) -> None:
     rows = list(csv.DictReader(io.StringIO(_report(experiment, "csv"))))
     assert len(rows) == 100 and float(rows[0]["wall_s"]) > 0
     markdown = _report(experiment, "markdown")
-    table_rows = [line for line in markdown.splitlines() if line.startswith("| ")]
-    assert len(table_rows) == 4 * (2 + 5)  # header + rule + five stacks per workload
-    assert all(line.count("|") == table_rows[0].count("|") for line in table_rows)
+    tables = [t.splitlines() for t in re.findall(r"(?:^\| .*\n)+", markdown, re.MULTILINE)]
+    assert tables and all(line.count("|") == table[0].count("|") for table in tables for line in table)
+    elapsed = markdown.split("**elapsed time, against disk**")[1:]
+    assert len(elapsed) == 4  # a comparison per workload: header + rule + five stacks
+    assert all(len(part.strip().split("\n\n")[0].splitlines()) == 2 + 5 for part in elapsed)
     text = _report(experiment, "text")
-    assert "baseline" in text and "workload files" in text
+    assert "baseline" in text and "Workload files" in text
 
 
 def test_report_to_a_file(experiment: dict[str, Path], tmp_path: Path) -> None:

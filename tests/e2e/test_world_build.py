@@ -90,7 +90,7 @@ def test_a_small_project_builds_in_the_chroot_through_bindfs(as_root: None, tmp_
     assert "type fuse" in lines and "bindfs pid" in lines and "jail/ro type fuse (ro" in lines
     assert "jail/proc type proc" in lines and "jail/dev" in lines
     mail = cli("report", "--db", str(db), "--format", "mail", check=True).stdout
-    assert "CPU of helper processes (FUSE daemon)" in mail and "world: /" in mail
+    assert "helper CPU: the CPU time of the stack's helper processes" in mail and "world: /" in mail
     assert leftovers(scratch) == []
 
 
