@@ -2,10 +2,13 @@
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
+from helpers import REPO
 
 from layerbench import cli, session
 
@@ -51,3 +54,11 @@ def test_no_signal_leaves_the_handlers_as_they_were(saved_handlers: None) -> Non
     with session.stopping_on_signals(lambda: None):
         assert all(signal.getsignal(s) is not before[s] for s in STOPPING)
     assert {s: signal.getsignal(s) for s in STOPPING} == before
+
+
+def test_the_command_line_starts_without_scipy() -> None:
+    """scipy.stats takes 0.45-0.7 s to import: the commands that compute no statistics
+    (clean, history, host, a refused database) must not pay it at every start."""
+    probe = "import sys, layerbench.cli; print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "[]", done.stdout

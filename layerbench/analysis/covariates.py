@@ -12,8 +12,6 @@ help". A covariate is one entry of COVARIATES, read from the run's facts.
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats as scipy_stats
-
 NOISY_CV = 0.10
 ALPHA = 0.01
 MIN_RUNS = 5
@@ -66,6 +64,7 @@ def _cv(values: list[float]) -> float:
 
 def associations(runs: list[dict[str, Any]]) -> list[Association]:
     """Every significant (covariate, noisy cell) association among the measured ok runs."""
+    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
         if run["status"] == "ok" and not run.get("warmup"):

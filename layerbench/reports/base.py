@@ -207,8 +207,9 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
             list(plan["stacks"]),
             list(plan["workloads"]),
             stats.Design.of_plan(plan),
+            ["wall_s"],
         )
-        ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows if r.metric == "wall_s"}
+        ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows}
     return ratios
 
 

@@ -180,11 +180,13 @@ def summaries(
     stacks: list[str],
     workloads: list[str],
     design: stats.Design,
+    names: list[str] | None = None,
 ) -> list[stats.Summary]:
-    """Every row of an experiment (stats.summaries); under a budget, each elapsed-time
-    comparison as its look decided it: closed at the look that decided it, from the runs that
-    look saw and at its level, or, still open, at the last look."""
-    rows = stats.summaries(runs, baseline, stacks, workloads, design=design)
+    """Every row of an experiment (stats.summaries), or only those of the metrics named;
+    under a budget, each elapsed-time comparison as its look decided it: closed at the look
+    that decided it, from the runs that look saw and at its level, or, still open, at the last
+    look."""
+    rows = stats.summaries(runs, baseline, stacks, workloads, names, design=design)
     if FACT not in facts or not facts[FACT]["looks"]:
         return rows
     state = State.of_fact(facts[FACT])
