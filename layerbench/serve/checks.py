@@ -15,7 +15,7 @@ from starlette.datastructures import QueryParams
 
 LONGEST_VALUE = 200  # a filter longer than any name the store holds is refused unread
 _ID = re.compile(r"[1-9][0-9]{0,17}")  # below 2**63: every back end's integer column holds it
-FORMATS = ("html", "csv", "json")
+EXPORTS = ("html", "csv", "json")  # what a view answers in: its page, or its rows as CSV or JSON
 _FLEET = re.compile(r"[0-9a-f]{1,32}")  # a fleet's id: hex, as `run --fleet` makes them
 
 
@@ -51,13 +51,13 @@ def query_ident(text: str, name: str) -> int:
 def split_format(text: str) -> tuple[str, str]:
     """ "12.csv" -> ("12", "csv"); "12" -> ("12", "html")."""
     stem, dot, suffix = text.rpartition(".")
-    if dot and suffix in FORMATS:
+    if dot and suffix in EXPORTS:
         return stem, suffix
     return text, "html"
 
 
 def fmt(text: str) -> str:
-    if text not in FORMATS:
+    if text not in EXPORTS:
         raise NotFound(f"no export as {text!r}")
     return text
 
