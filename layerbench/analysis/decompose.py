@@ -302,9 +302,7 @@ def flow(
         if values:
             hops.append((device, float(np.median(values))))
     own = f"{direction}_io_bytes"
-    if any(own in r for r in runs) and any(
-        r.get(f"{other}_io_bytes") is not None for r in runs for other in ("read", "write")
-    ):
+    if any(r.get(f"{other}_io_bytes") is not None for r in runs for other in ("read", "write")):
         return float(np.median([r.get(own) or 0 for r in runs])), hops
     if direction != "write":
         return None, hops
