@@ -65,7 +65,14 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import postgres  # noqa: E402
 import psycopg  # noqa: E402
-from helpers import agent_answers, leftovers, leftovers_after, start_agent, stopped_agent  # noqa: E402
+from helpers import (  # noqa: E402
+    agent_answers,
+    leftovers,
+    leftovers_after,
+    other_loop_scheduler,
+    start_agent,
+    stopped_agent,
+)
 
 from layerbench.core.failpoints import POINTS  # noqa: E402
 from layerbench.fleet.requests import Answer, PlanSource, Request  # noqa: E402
@@ -78,7 +85,9 @@ SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT,
 _LAYER = {
     "tmpfs": '{ kind = "tmpfs", size = "64M" }',
     "image": '{ kind = "image", size = "64M" }',
-    "image-queue": '{ kind = "image", size = "64M", scheduler = "bfq", sector_size = 4096 }',
+    # A scheduler the loop device offers besides its own (bfq where the kernel has it).
+    "image-queue": '{ kind = "image", size = "64M", scheduler = "%s", sector_size = 4096 }'
+    % (other_loop_scheduler() or "none"),
     "throttle": '{ kind = "throttle", write_bps = "500M" }',
     "vm": '{ kind = "vm", memory = "512M", disk_size = "256M" }',
     "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',

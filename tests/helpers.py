@@ -55,6 +55,19 @@ def run_row(fill: float = 1, **fields: Any) -> dict[str, Any]:
     return row | fields
 
 
+def other_loop_scheduler() -> str | None:
+    """An I/O scheduler a loop device offers besides the one it has (bfq, kyber or
+    mq-deadline: kernels differ in which they have); None when it offers no other."""
+    from layerbench.linux import procfs
+
+    for queue in sorted(Path("/sys/block").glob("loop*/queue/scheduler")):
+        text = queue.read_text()
+        current = text[text.find("[") + 1 : text.find("]")]
+        offered = procfs.loop_schedulers() or []
+        return next((s for s in ("bfq", "kyber", "mq-deadline") if s in offered and s != current), None)
+    return None
+
+
 def cli(
     *args: str,
     timeout: float = 900,

@@ -178,3 +178,23 @@ def test_image_options_for_another_fs_or_out_of_range_are_refused(
     with pytest.raises(ValidationError) as caught:
         ImageOptions.model_validate({"kind": "image", **options})
     assert said in str(caught.value)
+
+
+def test_a_scheduler_the_kernel_lacks_is_named_with_what_a_loop_device_offers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Kernels differ: some are built without bfq (CONFIG_IOSCHED_BFQ unset), and writing it
+    # to a queue then fails in every trial; the plan is refused before the first one instead.
+    from layerbench.linux import procfs
+    from layerbench.stacks.image import ImageLayer, ImageOptions
+
+    monkeypatch.setattr(procfs, "loop_schedulers", lambda: ["none", "mq-deadline", "kyber"])
+    monkeypatch.setattr(procfs, "_has_module", lambda name: False)
+    lacking = ImageOptions.model_validate({"kind": "image", "scheduler": "bfq"})
+    assert ImageLayer.missing(lacking)[-1] == (
+        "the I/O scheduler 'bfq', which this kernel lacks (a loop device offers none, mq-deadline, kyber)"
+    )
+    offered = ImageOptions.model_validate({"kind": "image", "scheduler": "kyber"})
+    assert not any("scheduler" in lack for lack in ImageLayer.missing(offered))
+    monkeypatch.setattr(procfs, "_has_module", lambda name: name == "bfq")  # loaded on first use
+    assert not any("scheduler" in lack for lack in ImageLayer.missing(lacking))

@@ -144,18 +144,40 @@ def filesystems() -> set[str]:
     return {line.split()[-1] for line in text.splitlines() if line.strip()}
 
 
-def kernel_has_filesystem(fs: str) -> bool:
-    """The kernel can mount fs: registered now, or a module not loaded yet (those mount fine)."""
-    if fs in filesystems():
-        return True
+def _has_module(name: str) -> bool:
+    """A kernel module named name is loaded, built in, or installed (the kernel loads it on
+    first use)."""
     release = os.uname().release
     modules = ""
-    for name in ("modules.dep", "modules.builtin"):
+    for listing in ("modules.dep", "modules.builtin"):
         try:
-            modules += Path(f"/lib/modules/{release}/{name}").read_text()
+            modules += Path(f"/lib/modules/{release}/{listing}").read_text()
         except OSError:
             continue
-    return f"/{fs}.ko" in modules or Path(f"/sys/module/{fs}").is_dir()
+    return f"/{name}.ko" in modules or Path(f"/sys/module/{name}").is_dir()
+
+
+def kernel_has_filesystem(fs: str) -> bool:
+    """The kernel can mount fs: registered now, or a module not loaded yet (those mount fine)."""
+    return fs in filesystems() or _has_module(fs)
+
+
+def loop_schedulers() -> list[str] | None:
+    """The I/O schedulers a loop device's queue offers now, as its queue/scheduler lists
+    them; None when no loop device is there to ask."""
+    for queue in sorted(Path("/sys/block").glob("loop*/queue/scheduler")):
+        try:
+            return queue.read_text().replace("[", "").replace("]", "").split()
+        except OSError:
+            continue
+    return None
+
+
+def kernel_has_scheduler(name: str) -> bool:
+    """A loop device can take this I/O scheduler: offered now, or a module the kernel loads
+    when it is asked for (bfq is often one); True when there is no loop device to ask."""
+    offered = loop_schedulers()
+    return offered is None or name in offered or _has_module(name) or _has_module(f"{name}-iosched")
 
 
 def meminfo() -> dict[str, int]:

@@ -14,7 +14,7 @@ from pydantic import field_validator, model_validator
 from layerbench.content import worlds
 from layerbench.core.errors import UserError
 from layerbench.core.sizes import SizeText, format_size, parse_size
-from layerbench.linux import system
+from layerbench.linux import procfs, system
 from layerbench.linux.mounts import mount_of, mount_table
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
@@ -115,6 +115,17 @@ class ImageLayer(Layer[ImageOptionsT]):
     def extra_tools(cls, options: object) -> tuple[str, ...]:
         fs = getattr(options, "fs", "ext4")
         return (f"mkfs.{fs}",)
+
+    @classmethod
+    def missing(cls, options: LayerOptions | None = None) -> list[str]:
+        lacks = super().missing(options)
+        scheduler = getattr(options, "scheduler", None)
+        if scheduler and not procfs.kernel_has_scheduler(scheduler):
+            offered = ", ".join(procfs.loop_schedulers() or [])
+            lacks.append(
+                f"the I/O scheduler {scheduler!r}, which this kernel lacks (a loop device offers {offered})"
+            )
+        return lacks
 
     def fs_size(self) -> int | None:
         return parse_size(self.options.size)
