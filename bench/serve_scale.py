@@ -5,12 +5,14 @@ memory.
 
     python3 bench/serve_scale.py                                   # SQLite, in --scratch
     python3 bench/serve_scale.py --db postgresql://user@host/db    # an empty PostgreSQL database
+    python3 bench/serve_scale.py --postgres                        # a throwaway PostgreSQL cluster
     python3 bench/serve_scale.py --experiments 200 --requests 20   # a quick look
 
 The store is written once and kept (`--keep`) or removed at the end; a store that already
 holds the experiments (the same --db) is reused as it is."""
 
 import argparse
+import contextlib
 import math
 import random
 import shutil
@@ -22,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
@@ -137,8 +140,23 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="runs per experiment: 20 x reps")
     parser.add_argument("--requests", type=int, default=40, help="requests per page")
     parser.add_argument("--keep", action="store_true", help="keep the SQLite store in --scratch")
+    parser.add_argument(
+        "--postgres", action="store_true", help="a PostgreSQL cluster of its own (Debian's), removed after"
+    )
     args = parser.parse_args()
     args.scratch.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as resources:
+        if args.postgres:
+            import postgres  # tests/postgres.py: initdb, pg_ctl, a Unix socket
+
+            if reason := postgres.missing():
+                raise SystemExit(f"--postgres: {reason}")
+            server = resources.enter_context(postgres.cluster(args.scratch))
+            args.db = server.create_database("scale")
+        return _bench(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
     db = args.db or str(args.scratch / "scale.db")
     try:
         took = populate(db, args.experiments, args.plans, args.reps)

@@ -162,6 +162,9 @@ class Experiment:
         and the next run or clean marks it interrupted once the store is back."""
         assert self.id is not None
         try:
+            if status == "done":
+                rows = sequential.elapsed_rows(self.store.experiment(self.id), self.store.runs(self.id))
+                self.store.set_experiment_fact(self.id, sequential.ROWS_FACT, [r.as_dict() for r in rows])
             self.store.finish_experiment(self.id, status, reason)
         except StoreLost:
             if status == "done":

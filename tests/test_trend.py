@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from layerbench.analysis.trend import (
     change_points,
     find_steps,
 )
+from layerbench.plan.schedule import Trial
+from layerbench.store import Store
 
 
 def _noisy(levels: list[float], seed: int = 1, noise: float = 0.02) -> list[float]:
@@ -124,3 +127,55 @@ def test_a_later_step_is_found_after_an_earlier_one() -> None:
     trend = find_steps("p", [one], stats.Design())
     assert [s.index for s in trend.real_steps()] == [5, 10]
     assert [s.index for s in trend.open_regressions()] == [10]
+
+
+def _stored_plan(store: Store, experiments: int) -> None:
+    """Experiments of one plan, through the fake executor: bind a little slower from the
+    fourth one on."""
+    import random
+
+    from layerbench.executors.fake import FakeExecutor
+    from layerbench.experiment import Experiment
+    from layerbench.plan import parse_plan
+
+    text = (
+        'name = "stored"\nreps = 4\nwarmup = 0\nbaseline = "disk"\n'
+        '[stacks.disk]\nlayers = []\n[stacks.bind]\nlayers = [{ kind = "bind" }]\n'
+        '[workloads.w]\nkind = "command"\nrun = "true"\n'
+    )
+    for number in range(experiments):
+
+        def script(trial: Trial, number: int = number) -> dict[str, float]:
+            noise = random.Random(number * 1000 + trial.index).gauss(0, 0.02)
+            slower = 1.3 if trial.stack == "bind" and number >= 3 else 1.0
+            return {"wall_s": slower * math.exp(noise)}
+
+        experiment = Experiment(parse_plan(text, "stored.toml"), store, FakeExecutor(script), seed=number)
+        experiment.prepare([])
+        experiment.run()
+
+
+def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_its_report_s(
+    tmp_path: Path,
+) -> None:
+    from layerbench.analysis.trend import gather
+    from layerbench.stats import sequential
+
+    store = Store(tmp_path / "r.db")
+    _stored_plan(store, 6)
+    ids = [r["id"] for r in store.history(name="stored")]
+    stored = store.fact_of_each(sequential.ROWS_FACT, ids)
+    assert sorted(stored) == ids  # every finished experiment stored its rows
+    for ident in ids:  # the same rows its report computes from its runs
+        recomputed = sequential.elapsed_rows(store.experiment(ident), store.runs(ident))
+        assert sequential.stored_rows(stored[ident]) == recomputed
+    from_rows = gather(store, "stored")
+    [bind] = from_rows
+    assert [round(p.ratio, 1) for p in bind.points] == [1.0, 1.0, 1.0, 1.3, 1.3, 1.3]
+    # An experiment stored before the rows were (its fact absent) reads the same, from its runs.
+    with store._write() as connection:
+        from layerbench.store.schema import experiment_facts
+
+        connection.execute(experiment_facts.delete().where(experiment_facts.c.key == sequential.ROWS_FACT))
+    assert gather(store, "stored") == from_rows
+    store.close()

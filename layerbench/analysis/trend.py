@@ -163,24 +163,19 @@ def change_points(values: list[float], *, min_size: int = MIN_SEGMENT) -> list[i
 
 
 def gather(store: Store, plan: str) -> list[Series]:
-    """Every series of the plan's finished experiments, by host, stack and workload."""
-    records = [r for r in store.history() if r["name"] == plan and r["status"] == FINISHED]
+    """Every series of the plan's finished experiments, by host, stack and workload: from the
+    rows each stored when it ended, or, for an experiment stored before they were, from its
+    runs (the same rows)."""
+    records = [r for r in store.history(name=plan) if r["status"] == FINISHED]
     if not records:
         raise UserError(f"{store.location}: no finished experiment of a plan named {plan!r}")
+    stored = store.fact_of_each(sequential.ROWS_FACT, [r["id"] for r in records])
     found: dict[tuple[str, str, str], Series] = {}
     for record in records:
-        experiment = store.experiment(record["id"])
-        planned = experiment["plan"]
-        stacks, workloads = list(planned["stacks"]), list(planned["workloads"])
-        rows = sequential.summaries(
-            store.runs(record["id"]),
-            experiment.get("facts", {}),
-            experiment["baseline"],
-            stacks,
-            workloads,
-            stats.Design.of_plan(planned),
-            [METRIC],  # a trend follows elapsed time only: the other metrics' rows cost 30x
-        )
+        if record["id"] in stored:
+            rows = sequential.stored_rows(stored[record["id"]])
+        else:
+            rows = sequential.elapsed_rows(store.experiment(record["id"]), store.runs(record["id"]))
         host = str(record["host"])
         for row in rows:
             if row.metric != METRIC or row.decision == "baseline" or row.ratio is None:
@@ -258,8 +253,4 @@ def _changed(store: Store, before: int, after: int) -> list[tuple[str, Any, Any]
 
 def plans(store: Store) -> list[str]:
     """The names of the plans with a finished experiment, in the order they first ran."""
-    names: dict[str, None] = {}
-    for record in store.history():
-        if record["status"] == FINISHED:
-            names.setdefault(str(record["name"]))
-    return list(names)
+    return store.plan_names(FINISHED)

@@ -1,7 +1,7 @@
 """What every report shows, gathered once from the store; and the format registry."""
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -199,16 +199,7 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
         if member is None:
             continue
         experiment = store.experiment(member["id"])
-        plan = experiment["plan"]
-        rows = sequential.summaries(
-            store.runs(member["id"]),
-            experiment.get("facts", {}),
-            experiment["baseline"],
-            list(plan["stacks"]),
-            list(plan["workloads"]),
-            stats.Design.of_plan(plan),
-            ["wall_s"],
-        )
+        rows = sequential.experiment_rows(experiment, partial(store.runs, member["id"]))
         ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows}
     return ratios
 

@@ -8,7 +8,13 @@ from layerbench import stats
 from layerbench.analysis import decompose, drift
 from layerbench.reports.base import ReportData
 from layerbench.reports.document import Report, register
+from layerbench.stats import sequential
 from layerbench.store import run_columns
+
+
+def _facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's facts but its stored rows: "summary" has them, as this report drew them."""
+    return {key: value for key, value in facts.items() if key != sequential.ROWS_FACT}
 
 # 2: every run carries `samples`, its time series (see docs/counters.md).
 # 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
@@ -63,7 +69,7 @@ def experiment_json(data: ReportData) -> str:
                 "version",
             )
         }
-        | {"plan": experiment["plan"], "facts": experiment.get("facts", {})},
+        | {"plan": experiment["plan"], "facts": _facts(experiment.get("facts", {}))},
         "host": experiment["host"],
         "stacks": experiment["stacks"],
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],

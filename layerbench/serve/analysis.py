@@ -58,7 +58,7 @@ def comparison(browser: Browser, query: QueryParams) -> View:
 
 
 def plan_trend(browser: Browser, plan: str) -> trends.Trend:
-    state = tuple((r["id"], r["status"], r["runs"]) for r in browser.history() if r["name"] == plan)
+    state = tuple((r["id"], r["status"], r["runs"]) for r in browser.store.history(name=plan))
     return browser.cached(("trend", plan, state), lambda: trends.trend(browser.store, plan))
 
 

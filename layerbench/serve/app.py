@@ -7,9 +7,11 @@ and every response says so in its Content-Security-Policy.
 
 import contextlib
 import csv
+import importlib
 import io
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,9 @@ def create_app(db: Any) -> ASGIApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The change-point library takes about a second to import: the server pays it while it
+        # starts, in the background, not the first trends page asked for.
+        threading.Thread(target=importlib.import_module, args=("ruptures",), daemon=True).start()
         yield
         store.close()
 

@@ -79,7 +79,7 @@ class Browser:
         return self.store.history()
 
     def experiment_record(self, experiment_id: int) -> dict[str, Any]:
-        found = [r for r in self.history() if r["id"] == experiment_id]
+        found = self.store.history(experiment_id=experiment_id)
         if not found:
             raise checks.NotFound(f"no experiment {experiment_id}")
         return found[0]

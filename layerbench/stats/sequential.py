@@ -23,12 +23,16 @@ from the runs its look saw."""
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from layerbench import stats
 
 FACT = "sequential"
+# The elapsed-time rows as the experiment's report states them, stored once it is done, so
+# that what reads many experiments (a plan's trend) reads a row each, not all their runs.
+ROWS_FACT = "elapsed_rows"
 LOOKS = stats.LOOKS  # the planned maximum of looks: alpha is split among them
 GROWTH = 1.5  # each look asks for about half as many repetitions again
 DECIDED = (*stats.SIGNIFICANT, "equivalent")
@@ -231,3 +235,31 @@ def notes(facts: dict[str, Any]) -> list[str]:
         f"{state.alpha_per_look:.4g} each (Bonferroni over looks, Holm within one); {per_look}; "
         f"rounds stopped: {state.stopped or 'still running'}"
     ]
+
+
+def elapsed_rows(experiment: dict[str, Any], runs: list[dict[str, Any]]) -> list[stats.Summary]:
+    """A stored experiment's elapsed-time rows, as its report states them (summaries, under
+    the design of its plan)."""
+    plan = experiment["plan"]
+    return summaries(
+        runs,
+        experiment.get("facts", {}),
+        experiment["baseline"],
+        list(plan["stacks"]),
+        list(plan["workloads"]),
+        stats.Design.of_plan(plan),
+        [METRIC],  # the other metrics' rows cost 30x as much, and nothing reads them in bulk
+    )
+
+
+def stored_rows(fact: list[dict[str, Any]]) -> list[stats.Summary]:
+    return [stats.Summary(**row) for row in fact]
+
+
+def experiment_rows(
+    experiment: dict[str, Any], runs: Callable[[], list[dict[str, Any]]]
+) -> list[stats.Summary]:
+    """The rows the experiment stored when it ended, or, stored before they were (or not
+    ended), computed from its runs."""
+    fact = experiment.get("facts", {}).get(ROWS_FACT)
+    return stored_rows(fact) if fact is not None else elapsed_rows(experiment, runs())

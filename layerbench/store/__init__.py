@@ -620,8 +620,22 @@ class Store:
             series.setdefault(record.pop("run_id"), []).append(record)
         return series
 
-    def history(self) -> list[dict[str, Any]]:
-        """Every experiment with its host and what it ran, oldest first."""
+    def fact_of_each(self, key: str, experiment_ids: list[int]) -> dict[int, Any]:
+        """One fact of many experiments at once: experiment id -> its value, for those that
+        have it."""
+        found: dict[int, Any] = {}
+        for start in range(0, len(experiment_ids), 500):  # a bounded IN list for either back end
+            chunk = experiment_ids[start : start + 500]
+            statement = select(facts_table.c.experiment_id, facts_table.c.value_json).where(
+                (facts_table.c.key == key) & facts_table.c.experiment_id.in_(chunk)
+            )
+            for row in self._read(statement):
+                found[int(row["experiment_id"])] = json.loads(row["value_json"])
+        return found
+
+    def history(self, *, name: str | None = None, experiment_id: int | None = None) -> list[dict[str, Any]]:
+        """Every experiment with its host and what it ran, oldest first; only a plan's (by its
+        name) or only one, when asked."""
         e = experiments_table
         count = (
             select(func.count()).where(self._runs().c.experiment_id == e.c.id).scalar_subquery().label("runs")
@@ -640,6 +654,10 @@ class Store:
             e.c.host_name,
             count,
         ).order_by(e.c.id)
+        if name is not None:
+            statement = statement.where(e.c.name == name)
+        if experiment_id is not None:
+            statement = statement.where(e.c.id == experiment_id)
         result = []
         for record in self._read(statement):
             host, plan = json.loads(record.pop("host_json")), json.loads(record.pop("plan_json"))
@@ -649,6 +667,14 @@ class Store:
             record["workloads"] = list(plan.get("workloads", {}))
             result.append(record)
         return result
+
+    def plan_names(self, status: str) -> list[str]:
+        """The names of the plans with an experiment of this status, in the order they first
+        ran."""
+        e = experiments_table
+        first = func.min(e.c.id)
+        statement = select(e.c.name, first).where(e.c.status == status).group_by(e.c.name).order_by(first)
+        return [str(row["name"]) for row in self._read(statement)]
 
     def experiments(self) -> list[dict[str, Any]]:
         e = experiments_table
