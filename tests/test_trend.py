@@ -139,7 +139,7 @@ def _stored_plan(store: Store, experiments: int) -> None:
     from layerbench.plan import parse_plan
 
     text = (
-        'name = "stored"\nreps = 4\nwarmup = 0\nbaseline = "disk"\n'
+        'name = "stored"\nreps = 20\nwarmup = 0\nbaseline = "disk"\n'
         '[stacks.disk]\nlayers = []\n[stacks.bind]\nlayers = [{ kind = "bind" }]\n'
         '[workloads.w]\nkind = "command"\nrun = "true"\n'
     )
@@ -165,7 +165,7 @@ def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_i
     _stored_plan(store, 6)
     ids = [r["id"] for r in store.history(name="stored")]
     stored = store.fact_of_each(sequential.ROWS_FACT, ids)
-    assert sorted(stored) == ids  # every finished experiment stored its rows
+    assert sorted(stored) == ids  # every finished experiment (of 40 runs) stored its rows
     for ident in ids:  # the same rows its report computes from its runs
         recomputed = sequential.elapsed_rows(store.experiment(ident), store.runs(ident))
         assert sequential.stored_rows(stored[ident]) == recomputed

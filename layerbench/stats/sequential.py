@@ -33,6 +33,7 @@ FACT = "sequential"
 # The elapsed-time rows as the experiment's report states them, stored once it is done, so
 # that what reads many experiments (a plan's trend) reads a row each, not all their runs.
 ROWS_FACT = "elapsed_rows"
+STORED_ROWS_MIN_RUNS = 40
 LOOKS = stats.LOOKS  # the planned maximum of looks: alpha is split among them
 GROWTH = 1.5  # each look asks for about half as many repetitions again
 DECIDED = (*stats.SIGNIFICANT, "equivalent")
