@@ -205,6 +205,36 @@ def test_trial_directories_spread_over_inode_groups(needs_root: None, scratch_ro
         subprocess.run(["umount", str(target)], check=True)
 
 
+def test_a_trial_s_files_keep_away_from_the_inodes_recent_trials_freed(
+    needs_root: None, scratch_root: Path
+) -> None:
+    """On an ext4 without a journal, each trial's files start in a group where no trial ended
+    in the last six minutes (Orlov would pick the group a trial just emptied: the name of each
+    try differs, since Orlov hashes it); with a journal, nothing is probed."""
+    scratch_root.mkdir(parents=True)
+    image, target = scratch_root / "fs.img", scratch_root / "mnt"
+    target.mkdir()
+    subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-O", "^has_journal,^flex_bg", "-N", "65536", str(image)], check=True
+    )
+    subprocess.run(["mount", "-o", "loop", str(image), str(target)], check=True)
+    try:
+        with Scratch(target / "root") as scratch:
+            assert scratch.inode_groups.per_group == 2048  # 32 groups
+            groups = []
+            for index in range(8):
+                with scratch.directory("trials", f"t{index}") as workdir:
+                    (workdir / "f").touch()
+                    groups.append(((workdir / "f").stat().st_ino - 1) // 2048)
+                    assert [p.name for p in workdir.parent.iterdir()] == [f"t{index}"]
+            assert len(set(groups)) == len(groups), groups  # never where a trial just ended
+            journal = (target / "root" / "journal.jsonl").read_text()
+            assert ".try" in journal and not list((target / "root" / "trials").iterdir())
+    finally:
+        subprocess.run(["umount", "-d", str(target)], check=True)
+
+
 def test_a_ctrl_c_while_a_trial_directory_is_deleted_still_deletes_it(
     needs_root: None, scratch_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

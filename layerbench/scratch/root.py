@@ -13,6 +13,7 @@ import layerbench.scratch.resources as resources
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
 from layerbench.linux import cgroups, mounts, procfs, system
+from layerbench.scratch import placement
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
 
@@ -31,6 +32,7 @@ class Scratch:
         self.hurry = False  # set by a second Ctrl-C: lazy unmounts, SIGKILL
         self._lock_handle: TextIO | None = None
         self._dir_idents: dict[str, int] = {}
+        self.inode_groups = placement.InodeGroups(self.root)
 
     def __enter__(self) -> "Scratch":
         return self
@@ -97,9 +99,12 @@ class Scratch:
 
     @contextlib.contextmanager
     def directory(self, *parts: str, trial: bool = True) -> Iterator[Path]:
+        group = None
         if trial:
             self._trials_parent(self.root.joinpath(*parts[:-1]))
-        path = self.new_dir(*parts)
+            path, group = self._placed_dir(*parts)
+        else:
+            path = self.new_dir(*parts)
         try:
             yield path
         finally:
@@ -110,6 +115,31 @@ class Scratch:
             # what still runs in here or is mounted in here is ours, so it goes too, daemons
             # first (a live one could mount after the unmount).
             self._tear_down(path)
+            self.inode_groups.ended(group)
+
+    def _placed_dir(self, *parts: str) -> tuple[Path, int | None]:
+        """A trial's directory whose files do not start among inodes a recent trial freed
+        (placement.py); the last try is kept if every one did. Orlov starts its search from a
+        hash of the new directory's name, so each try has a name of its own, and the one kept
+        is renamed (its inode, and so its group, stays)."""
+        final = self.new_dir(*parts)
+        if not self.inode_groups.active:
+            return final, None
+        group = None
+        for attempt in range(placement.ATTEMPTS):
+            candidate = self.new_dir(*parts[:-1], f".{parts[-1]}.try{attempt}")
+            group = self.inode_groups.group_of_files_in(candidate)
+            keep = not self.inode_groups.recent(group) or attempt == placement.ATTEMPTS - 1
+            if keep:
+                final.rmdir()
+                candidate.rename(final)
+            else:
+                self.inode_groups.retries += 1
+                candidate.rmdir()
+            self.journal.done(self._dir_idents.pop(str(candidate)))
+            if keep:
+                break
+        return final, group
 
     def _tear_down(self, path: Path) -> None:
         """Stop, unmount and delete what is under a directory, then close its journal entry.
