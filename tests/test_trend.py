@@ -179,3 +179,16 @@ def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_i
         connection.execute(experiment_facts.delete().where(experiment_facts.c.key == sequential.ROWS_FACT))
     assert gather(store, "stored") == from_rows
     store.close()
+
+
+def test_the_summed_cost_proposes_what_ruptures_own_l2_cost_does() -> None:
+    import ruptures
+
+    rng = np.random.default_rng(5)
+    for k in range(30):
+        values = [1.1 * math.exp(rng.normal(0, 0.05)) * (1.3 if k % 2 and i >= 20 else 1) for i in range(40)]
+        logs = np.log(values)
+        sigma = max(float(np.median(np.abs(np.diff(logs)))) / (0.6745 * math.sqrt(2)), 1e-4)
+        own = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(logs.reshape(-1, 1))
+        expected = [b for b in own.predict(pen=2 * sigma**2 * math.log(len(values))) if b < len(values)]
+        assert change_points(values) == expected
