@@ -225,17 +225,23 @@ class Confinement:
     def stop(self, timeout: float = 10.0) -> None:
         """Kill every process in the group, then remove it (and the parent, once empty)."""
         deadline = time.monotonic() + timeout
-        while (pids := self.pids()) and time.monotonic() < deadline:
-            for pid in pids:
+        while True:
+            for pid in self.pids():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        with contextlib.suppress(FileNotFoundError):
             try:
                 self.group.rmdir()
+                break
+            except FileNotFoundError:
+                break
             except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    raise
+                # EBUSY while a killed process is still exiting: it counts as a member until
+                # it is gone; giving up at once left the group behind (a fleet test saw it).
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    if exc.errno != errno.EBUSY:
+                        raise
+                    break
+            time.sleep(0.05)
         with contextlib.suppress(OSError):  # another fleet's group is still there
             self.group.parent.rmdir()
 
