@@ -162,11 +162,10 @@ class Experiment:
         and the next run or clean marks it interrupted once the store is back."""
         assert self.id is not None
         try:
-            runs = self.store.runs(self.id) if status == "done" else []
             # Below that many runs a reader computes the rows about as fast as it reads them,
             # and an experiment of a few seconds is spared the statistics' import (~1 s).
-            if len(runs) >= sequential.STORED_ROWS_MIN_RUNS:
-                rows = sequential.elapsed_rows(self.store.experiment(self.id), runs)
+            if status == "done" and self.store.run_count(self.id) >= sequential.STORED_ROWS_MIN_RUNS:
+                rows = sequential.elapsed_rows(self.store.experiment(self.id), self.store.runs(self.id))
                 self.store.set_experiment_fact(self.id, sequential.ROWS_FACT, [r.as_dict() for r in rows])
             self.store.finish_experiment(self.id, status, reason)
         except StoreLost:

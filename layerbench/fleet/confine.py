@@ -237,9 +237,9 @@ class Confinement:
             except OSError as exc:
                 # EBUSY while a killed process is still exiting: it counts as a member until
                 # it is gone; giving up at once left the group behind (a fleet test saw it).
-                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                    if exc.errno != errno.EBUSY:
-                        raise
+                if exc.errno != errno.EBUSY:
+                    raise
+                if time.monotonic() > deadline:
                     break
             time.sleep(0.05)
         with contextlib.suppress(OSError):  # another fleet's group is still there

@@ -152,6 +152,15 @@ def devices_under(path: str | os.PathLike[str], _depth: int = 0) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def has_journal(source: str) -> bool | None:
+    """ext4's journal (None: not ext4, or the kernel does not say)."""
+    try:
+        task = (Path("/sys/fs/ext4") / Path(source).name / "journal_task").read_text().strip()
+    except OSError:
+        return None
+    return task != "<none>"
+
+
 def filesystem_of(path: str | os.PathLike[str]) -> tuple[str, str, str]:
     """(fstype, source, options) of the mount holding path."""
     entry = mount_of(path)

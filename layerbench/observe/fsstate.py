@@ -119,15 +119,6 @@ def _options(fstype: str, source: str, options: str) -> list[str]:
     return names
 
 
-def has_journal(source: str) -> bool | None:
-    """ext4's journal (None: not ext4, or the kernel does not say)."""
-    try:
-        task = (Path("/sys/fs/ext4") / Path(source).name / "journal_task").read_text().strip()
-    except OSError:
-        return None
-    return task != "<none>"
-
-
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     fstype, source, options = mounts.filesystem_of(path)
     found: dict[str, Any] = {"type": fstype, "source": source, "options": options}
@@ -153,7 +144,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             if name.split("=")[0] in DEFERRED_WORK and name != "nodiscard"
         }
     )
-    if fstype == "ext4" and (journal := has_journal(source)) is not None:
+    if fstype == "ext4" and (journal := mounts.has_journal(source)) is not None:
         found["journal"] = journal
     fragmentation = None
     if fstype == "ext4":

@@ -46,11 +46,10 @@ def _no_journal_ext4(root: Path) -> tuple[int, int] | None:
     entry = mounts.mount_of(root)
     if entry.fstype != "ext4":
         return None
-    device = Path(entry.source).name
+    if mounts.has_journal(entry.source) is not False:
+        return None
     try:
-        if (Path("/sys/fs/ext4") / device / "journal_task").read_text().strip() != "<none>":
-            return None
-        lines = (Path("/proc/fs/ext4") / device / "mb_groups").read_text().splitlines()
+        lines = (Path("/proc/fs/ext4") / Path(entry.source).name / "mb_groups").read_text().splitlines()
     except OSError:
         return None
     groups = sum(1 for line in lines[1:] if line.startswith("#"))
@@ -68,7 +67,6 @@ class InodeGroups:
         self.per_group = found[1] if found else None
         self.nearby = min(NEARBY, int(found[0] * NEARBY_SHARE)) if found else 0
         self._avoid_until: dict[int, float] = {}
-        self.retries = 0  # directories made again, over the life of this scratch root
 
     @property
     def active(self) -> bool:

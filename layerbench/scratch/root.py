@@ -125,21 +125,18 @@ class Scratch:
         final = self.new_dir(*parts)
         if not self.inode_groups.active:
             return final, None
-        group = None
         for attempt in range(placement.ATTEMPTS):
             candidate = self.new_dir(*parts[:-1], f".{parts[-1]}.try{attempt}")
             group = self.inode_groups.group_of_files_in(candidate)
-            keep = not self.inode_groups.recent(group) or attempt == placement.ATTEMPTS - 1
-            if keep:
-                final.rmdir()
-                candidate.rename(final)
+            kept = not self.inode_groups.recent(group) or attempt == placement.ATTEMPTS - 1
+            if kept:
+                candidate.replace(final)  # onto the empty directory, whose name stays journaled
             else:
-                self.inode_groups.retries += 1
                 candidate.rmdir()
             self.journal.done(self._dir_idents.pop(str(candidate)))
-            if keep:
-                break
-        return final, group
+            if kept:
+                return final, group
+        raise AssertionError("the last try is always kept")
 
     def _tear_down(self, path: Path) -> None:
         """Stop, unmount and delete what is under a directory, then close its journal entry.
