@@ -134,3 +134,25 @@ def test_a_role_without_the_right_to_create_the_schema_gets_one_line(postgres_cl
     done = cli("history", "--db", postgres_cluster.url("locked", user="reader"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "holds no layerbench results" in done.stderr
+
+
+def test_the_revisions_named_are_the_scripts_chain() -> None:
+    """migrate.REVISIONS spares every open of a current store Alembic's import; a new
+    migration script must be named there too, in order, or stores stop at the old head."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory(str(Path(migrate.__file__).parent / "migrations"))
+    chain = [script.revision for script in scripts.walk_revisions()][::-1]
+    assert tuple(chain) == migrate.REVISIONS
+
+
+def test_opening_a_current_store_does_not_import_alembic(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    Store(db).close()  # made at head
+    probe = (
+        "import sys; from layerbench.store import Store; "
+        f"Store({str(db)!r}).close(); Store({str(db)!r}, read_only=True).close(); "
+        "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -105,7 +105,9 @@ def measured(
         return groups
     kept: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for key, group in groups.items():
-        kept[key] = group if mostly_disturbed(group) else [r for r in group if not is_disturbed(r)]
+        flags = [is_disturbed(run) for run in group]
+        calm = [run for run, flag in zip(group, flags, strict=True) if not flag]
+        kept[key] = group if most_flagged(flags) else calm
     return kept
 
 
@@ -136,11 +138,14 @@ def describe(stack: str, workload: str, metric: str, values: list[float]) -> Sum
             ratio_ci_high=None, ratio_ci_level=None, p_value=None, p_adjusted=None,
             verdict="insufficient data",
         )
-    median = float(np.median(data))
-    mean = float(np.mean(data))
-    stdev = float(np.std(data, ddof=1)) if n > 1 else None
+    # Sorted once for the median and its interval (np.median's own value: the middle one, or
+    # the mean of the middle two); this runs for every row of every look of the simulations.
+    ordered = np.sort(data)
+    median = intervals.sorted_median(ordered)
+    mean = float(data.mean())
+    stdev = float(data.std(ddof=1)) if n > 1 else None
     cv = stdev / mean if stdev is not None and mean else None
-    low, high, level = intervals.median_interval(data)
+    low, high, level = intervals.sorted_median_interval(ordered)
     return Summary(
         stack,
         workload,
@@ -321,8 +326,8 @@ def compare_family(entries: list[Entry], metric: str, design: Design) -> list[Su
     for entry in entries:
         row = describe(entry.stack, entry.workload, metric, entry.values)
         rows.append(row)
-        if entry.values and entry.reference and (reference_median := float(np.median(entry.reference))):
-            row.median_ratio = float(np.median(entry.values)) / reference_median
+        if entry.values and entry.reference and (reference_median := intervals.median(entry.reference)):
+            row.median_ratio = intervals.median(entry.values) / reference_median
         row.paired = entry.paired_values is not None
         a, b = (
             (entry.paired_values, entry.paired_reference) if row.paired else (entry.values, entry.reference)
