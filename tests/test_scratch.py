@@ -264,3 +264,27 @@ def test_a_ctrl_c_while_a_trial_directory_is_deleted_still_deletes_it(
         assert scratch.journal.pending() == []
     finally:
         scratch.unlock()
+
+
+def test_a_tree_is_removed_as_rmtree_would_links_and_all(tmp_path: Path) -> None:
+    """Many files (the side-by-side unlinks), nested directories, an empty one, and symbolic
+    links to a file and a directory outside the tree: the tree goes, what the links point to stays."""
+    from layerbench.scratch.resources import remove_tree
+
+    outside = tmp_path / "outside"
+    (outside / "kept").mkdir(parents=True)
+    (outside / "kept.txt").write_text("kept")
+    (outside / "kept" / "inside.txt").write_text("kept")
+    top = tmp_path / "tree"
+    for depth in range(3):
+        level = top.joinpath(*[f"d{d}" for d in range(depth + 1)])
+        level.mkdir(parents=True)
+        for index in range(40):
+            (level / f"f{index}").write_bytes(b"x" * index)
+    (top / "empty").mkdir()
+    (top / "d0" / "to-dir").symlink_to(outside / "kept")
+    (top / "d0" / "to-file").symlink_to(outside / "kept.txt")
+    (top / "dangling").symlink_to(tmp_path / "nowhere")
+    remove_tree(top)
+    assert not top.exists() and not top.is_symlink()
+    assert (outside / "kept" / "inside.txt").read_text() == (outside / "kept.txt").read_text() == "kept"
