@@ -512,3 +512,40 @@ def test_a_postgresql_store_is_browsed_and_its_password_never_shown(postgres_clu
         status, _, body = _get(port, f"/fleets/{FLEET_ID}")
         assert status == 200 and 'class="heat-much-slower"' in body and "s3cret-word" not in body
     assert "s3cret-word" not in "".join(said) and "serve_browse" in "".join(said)
+
+
+def test_a_view_being_computed_is_waited_for_not_computed_again(tmp_path: Path) -> None:
+    """The server's warm-up and the first visitors ask for the same trends at once: one
+    computation, every caller its value."""
+    import threading
+
+    from layerbench.serve.views import Browser
+
+    db = tmp_path / "r.db"
+    Store(db).close()
+    store = Store(db, read_only=True)
+    browser = Browser(store)
+    computed: list[int] = []
+    started = threading.Event()
+
+    def compute() -> int:
+        computed.append(1)
+        started.set()
+        time.sleep(0.3)  # long enough for the other callers to arrive while it runs
+        return 42
+
+    answers: list[int] = []
+
+    def ask() -> None:
+        answers.append(browser.cached("trend", compute))
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert started.wait(10)
+    others = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in others:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(10)
+    store.close()
+    assert answers == [42] * 4 and len(computed) == 1

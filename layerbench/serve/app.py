@@ -7,7 +7,6 @@ and every response says so in its Content-Security-Policy.
 
 import contextlib
 import csv
-import importlib
 import io
 import json
 import logging
@@ -204,16 +203,20 @@ def create_app(db: Any) -> ASGIApp:
     store = Store(db, read_only=True)
     templates = _templates(str(store.location))
 
+    browser = Browser(store)
+    closing = threading.Event()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # The change-point library takes about a second to import: the server pays it while it
-        # starts, in the background, not the first trends page asked for.
-        threading.Thread(target=importlib.import_module, args=("ruptures",), daemon=True).start()
+        warming = threading.Thread(target=analysis.warm_up, args=(browser, closing), daemon=True)
+        warming.start()
         yield
+        closing.set()
+        warming.join(timeout=30)
         store.close()
 
     app = Starlette(
-        routes=_routes(Browser(store), templates),
+        routes=_routes(browser, templates),
         exception_handlers=_error_handlers(templates),
         lifespan=lifespan,
     )

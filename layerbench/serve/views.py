@@ -26,6 +26,7 @@ T = TypeVar("T")
 SORTS = ("id", "name", "host", "kernel", "status", "started", "runs")
 ORDERS = ("desc", "asc")
 EXPERIMENT_COLUMNS = ("id", "name", "fleet", "host", "kernel", "started", "finished", "status", "runs")
+CACHED_MAX = 64  # computed views kept (reports, comparisons, trends); then all forgotten at once
 RUN_COLUMNS = ("id", "trial", "rep", "warmup", "status", "wall_s", "user_s", "sys_s", "cpu_pct", "disturbed")
 
 
@@ -61,18 +62,27 @@ class Browser:
         self.store = store
         self.lock = threading.Lock()
         self._cache: dict[Hashable, Any] = {}
+        self._underway: dict[Hashable, threading.Lock] = {}
 
     def cached(self, key: Hashable, compute: Callable[[], T]) -> T:
         """One computation per key: the key names what it was computed from (an experiment's
-        run count and status, a plan's experiments), so a running experiment is recomputed."""
+        run count and status, a plan's experiments), so a running experiment is recomputed.
+        A request for a key being computed waits for that computation instead of repeating it
+        (the server's warm-up and the first visitors ask for the same trends)."""
         with self.lock:
             if key in self._cache:
                 return cast(T, self._cache[key])
-        value = compute()
-        with self.lock:
-            if len(self._cache) > 64:
-                self._cache.clear()
-            self._cache[key] = value
+            underway = self._underway.setdefault(key, threading.Lock())
+        with underway:
+            with self.lock:
+                if key in self._cache:
+                    return cast(T, self._cache[key])
+            value = compute()
+            with self.lock:
+                if len(self._cache) >= CACHED_MAX:
+                    self._cache.clear()
+                self._cache[key] = value
+                self._underway.pop(key, None)
         return value
 
     def history(self) -> list[dict[str, Any]]:
