@@ -34,6 +34,28 @@ def test_runs_round_trip(store_location: str) -> None:
     assert store.latest_experiment_id() == ident
 
 
+def test_the_state_moves_with_every_change_the_history_shows(store_location: str) -> None:
+    """The browser keeps the history while the state stays: a new experiment, a stored run,
+    an experiment's end and a status marked each move it; reading moves nothing."""
+    store = Store(store_location)
+    seen = [store.state()]
+    ident = _experiment(store)
+    seen.append(store.state())
+    store.add_run_row(ident, run_row(), {}, {})
+    seen.append(store.state())
+    store.history()
+    assert store.state() == seen[-1]
+    store.finish_experiment(ident, "done")
+    seen.append(store.state())
+    other = _experiment(store)
+    with store.engine.begin() as connection:  # its process is gone
+        connection.execute(text("UPDATE experiments SET pid = 2147483647 WHERE id = :id"), {"id": other})
+    seen.append(store.state())
+    assert store.mark_running_interrupted() == [other]
+    seen.append(store.state())
+    assert len(set(seen)) == len(seen), seen
+
+
 def test_killed_experiments_are_marked_interrupted(store_location: str) -> None:
     store = Store(store_location)
     ident = _experiment(store)

@@ -73,8 +73,9 @@ def warm_up(browser: Browser, closing: threading.Event) -> None:
     the trends of up to WARMED_PLANS plans, the newest first, so that neither waits for the
     first visitor to ask (a plan of 200 experiments: about 0.9 s). A visitor asking meanwhile
     waits for the same computation (Browser.cached), never a second one."""
-    importlib.import_module("ruptures")
     try:
+        browser.history()  # the experiments page's records, what a visitor opens first
+        importlib.import_module("ruptures")
         newest_first = list(reversed(trends.plans(browser.store)))[:WARMED_PLANS]
         for plan in newest_first:
             if closing.is_set():

@@ -86,7 +86,9 @@ class Browser:
         return value
 
     def history(self) -> list[dict[str, Any]]:
-        return self.store.history()
+        """Every experiment's record (shared: read, never change it), read again only once
+        the store has moved on: 2,000 experiments take about 140 ms to read and decode."""
+        return self.cached(("history", self.store.state()), self.store.history)
 
     def experiment_record(self, experiment_id: int) -> dict[str, Any]:
         found = self.store.history(experiment_id=experiment_id)

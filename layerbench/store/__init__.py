@@ -551,6 +551,17 @@ class Store:
             )
 
     # -- reading
+    def state(self) -> tuple[Any, ...]:
+        """What changes whenever the history would read differently: an experiment added or
+        ended or its status changed, a run stored. Two cheap aggregate queries (the runs' by
+        their key), for a reader that keeps what it computed until the store moves on."""
+        e = experiments_table
+        with self._connection(transaction=False) as connection:
+            last_run = connection.execute(select(func.max(self._runs().c.id))).scalar()
+            each = select(e.c.status, func.count(), func.max(e.c.id), func.max(e.c.finished))
+            statuses = connection.execute(each.group_by(e.c.status)).all()
+        return (last_run, tuple(sorted(tuple(row) for row in statuses)))
+
     def latest_experiment_id(self) -> int | None:
         with self._connection(transaction=False) as connection:
             return connection.execute(select(func.max(experiments_table.c.id))).scalar()
