@@ -77,12 +77,15 @@ class Browser:
             with self.lock:
                 if key in self._cache:
                     return cast(T, self._cache[key])
-            value = compute()
+            try:
+                value = compute()
+            finally:  # a failed computation leaves no lock behind; the next caller tries again
+                with self.lock:
+                    self._underway.pop(key, None)
             with self.lock:
                 if len(self._cache) >= CACHED_MAX:
                     self._cache.clear()
                 self._cache[key] = value
-                self._underway.pop(key, None)
         return value
 
     def history(self) -> list[dict[str, Any]]:
