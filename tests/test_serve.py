@@ -6,15 +6,18 @@ stores."""
 import contextlib
 import csv
 import hashlib
+import html
 import http.client
 import io
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -30,6 +33,7 @@ from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
 from layerbench.plan.schedule import Trial
+from layerbench.reports import gather, render
 from layerbench.store import Store, locate
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -300,6 +304,76 @@ def test_clicking_a_ratio_opens_the_runs_behind_it(browser: Any, server: dict[st
     _drain(browser)
 
 
+def test_an_experiment_page_shows_what_its_html_report_shows(
+    browser: Any, server: dict[str, Any], stores: dict[str, Path]
+) -> None:
+    """The same sections in the same order, every figure drawn: one document, two renderings."""
+    store = Store(stores["stepped"], read_only=True)
+    try:
+        report = render(gather(store, 7), "html")
+    finally:
+        store.close()
+    expected = [html.unescape(title) for title in re.findall(r'<h[23] id="[^"]*">([^<]*)</h[23]>', report)]
+    _open(browser, server, "/experiments/7")
+    shown = [heading.text for heading in browser.find_elements(By.CSS_SELECTOR, "main h2, main h3")]
+    assert shown == expected and {"Warnings", "The plan", "Workload w"} <= set(shown)
+    drawn = browser.find_elements(By.CSS_SELECTOR, "main .figure img")
+    assert len(drawn) == report.count('<div class="figure"') >= 2
+    assert all(browser.execute_script("return arguments[0].naturalWidth", image) > 0 for image in drawn)
+    assert not browser.find_elements(By.ID, "live"), "a finished experiment is not followed"
+    console, _ = _drain(browser)
+    assert [m for m in console if m["level"] in ("SEVERE", "WARNING")] == []
+
+
+def _stored(browser: Any) -> tuple[str, int]:
+    """The status and the run count an experiment's page shows."""
+    found = re.match(r"Status (\w+).*?, (\d+) runs? stored", browser.find_element(By.ID, "status").text)
+    assert found, browser.find_element(By.ID, "status").text
+    return found[1], int(found[2])
+
+
+def test_a_running_experiment_is_followed_as_its_runs_are_stored(browser: Any) -> None:
+    """The page of a running experiment shows itself again as each run is stored, and stops
+    following once the experiment is done; the test never reloads it."""
+    root = TEST_ROOT / "serve-live"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    gate = threading.Semaphore(0)  # one release, one trial
+
+    def script(trial: Trial) -> dict[str, float]:
+        assert gate.acquire(timeout=120), "the test never let this trial run"
+        return {"wall_s": {"base": 1.0, "slow": 1.3, "same": 1.0}[trial.stack], "user_s": 0.1, "sys_s": 0.2}
+
+    store = Store(root / "live.db")
+    experiment = Experiment(
+        parse_plan(PLAN.format(name="live"), "plan.toml"), store, FakeExecutor(script), seed=1
+    )
+    experiment.prepare([])
+    worker = threading.Thread(target=experiment.run)
+    worker.start()
+    try:
+        with _serving(str(root / "live.db")) as (port, _, _):
+            browser.get(f"http://127.0.0.1:{port}/experiments/{experiment.id}")
+            assert _stored(browser) == ("running", 0)
+            assert "running: this page follows it" in browser.find_element(By.ID, "live").text
+            gate.release()
+            _settle(browser, lambda: _stored(browser) == ("running", 1))
+            for _ in range(11):  # 3 stacks x 4 repetitions in all
+                gate.release()
+            _settle(browser, lambda: _stored(browser) == ("done", 12))
+            assert not browser.find_elements(By.ID, "live")
+            assert len(_table(browser, "ratios")) == 3
+            console, _ = _drain(browser)
+            assert [m for m in console if m["level"] in ("SEVERE", "WARNING")] == []
+    finally:
+        for _ in range(12):
+            gate.release()
+        worker.join(60)
+        store.close()
+        shutil.rmtree(root, ignore_errors=True)
+    assert not worker.is_alive()
+
+
 def test_a_filter_lives_in_the_url_and_the_back_button_restores_it(
     browser: Any, server: dict[str, Any]
 ) -> None:
@@ -365,6 +439,9 @@ def _hostile_paths() -> list[tuple[str, int]]:
             (f"/experiments/{value}", 404),
             (f"/experiments/{value}/runs", 404),
             (f"/experiments/{value}.json", 404),
+            (f"/experiments/{value}/state.json", 404),
+            (f"/experiments/7/figures/{value}.svg", 404),
+            (f"/experiments/{value}/figures/ratio-plot.svg", 404),
             (f"/runs/{value}", 404),
             (f"/experiments?plan={value}", 400),
             (f"/experiments.csv?host={value}", 400),
@@ -384,6 +461,7 @@ def _hostile_paths() -> list[tuple[str, int]]:
         ("/experiments/99999999999999999999", 404),
         ("/compare?a=999&b=7", 404),
         ("/runs/99999", 404),
+        ("/experiments/7/figures/ratio-plot", 404),
     ]
 
 
@@ -394,7 +472,12 @@ def test_hostile_ids_and_filters_are_404_or_400_and_change_nothing(server: dict[
         assert "default-src 'self'" in headers["content-security-policy"]
         assert "Traceback" not in body and "sqlalchemy" not in body.lower()
         assert len(body) < 4000, f"{path[:80]}: the page echoes the request"
-    for path in ("/experiments.csv", "/experiments/7/ratios.svg", "/static/style.css", "/nowhere"):
+    for path in (
+        "/experiments.csv",
+        "/experiments/7/figures/ratio-plot.svg",
+        "/static/style.css",
+        "/nowhere",
+    ):
         assert "default-src 'self'" in _get(server["port"], path)[1]["content-security-policy"], path
     assert _get(server["port"], "/experiments", "POST")[0] == 405
     assert _get(server["port"], "/experiments/7", "DELETE")[0] == 405

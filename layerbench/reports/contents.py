@@ -93,6 +93,9 @@ def ratio_points(data: ReportData, workload: str, metric: str = "wall_s") -> lis
     return points
 
 
+COST_TITLE = "Cost of each stack against the baseline"
+
+
 def _cost(data: ReportData) -> Section:
     """The ratio plot and every run as a dot."""
 
@@ -123,7 +126,7 @@ def _cost(data: ReportData) -> Section:
         )
     panels = {f"workload {w}": ratio_points(data, w) for w in data.workloads}
     return Section(
-        "Cost of each stack against the baseline",
+        COST_TITLE,
         [
             Lines(lines),
             Figure(

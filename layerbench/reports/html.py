@@ -1,5 +1,6 @@
 """html: the document as one self-contained page, viewable offline: its figures drawn as
-inline SVG, through one Jinja2 template (templates/report.html)."""
+inline SVG, through one Jinja2 template (templates/report.html, its sections those of
+templates/document.html, which the results browser shows too)."""
 
 import re
 
@@ -13,15 +14,21 @@ def element_id(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name)
 
 
-_ENVIRONMENT = Environment(
-    loader=PackageLoader("layerbench.reports", "templates"),
-    autoescape=select_autoescape(["html"]),
-    trim_blocks=True,
-    lstrip_blocks=True,
+def install(environment: Environment) -> Environment:
+    """What templates/document.html needs of the environment that renders it: the html
+    report's and the results browser's."""
+    environment.filters["element_id"] = element_id
+    environment.tests["table"] = lambda block: isinstance(block, Table)
+    environment.tests["lines"] = lambda block: isinstance(block, Lines)
+    return environment
+
+
+TEMPLATES = PackageLoader("layerbench.reports", "templates")
+_ENVIRONMENT = install(
+    Environment(
+        loader=TEMPLATES, autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True
+    )
 )
-_ENVIRONMENT.filters["element_id"] = element_id
-_ENVIRONMENT.tests["table"] = lambda block: isinstance(block, Table)
-_ENVIRONMENT.tests["lines"] = lambda block: isinstance(block, Lines)
 
 
 @register("html")

@@ -15,16 +15,17 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import ChoiceLoader, Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from layerbench.reports import html
 from layerbench.serve import analysis, checks, feed, figures, views
 from layerbench.serve.views import Browser, View
 from layerbench.store import Store, StoreLost
@@ -60,9 +61,10 @@ class SecurityHeaders:
 
 
 def _templates(location: str) -> Jinja2Templates:
-    environment = Environment(
-        loader=PackageLoader("layerbench.serve", "templates"), autoescape=select_autoescape(default=True)
-    )
+    # The report's document.html beside the browser's own templates: an experiment's page
+    # shows what its html report shows.
+    loader = ChoiceLoader([PackageLoader("layerbench.serve", "templates"), html.TEMPLATES])
+    environment = html.install(Environment(loader=loader, autoescape=select_autoescape(default=True)))
     environment.globals["location"] = location
     return Jinja2Templates(env=environment)
 
@@ -118,6 +120,14 @@ def _base(request: Request) -> str:
 
 def _svg(text: str) -> Response:
     return Response(text, media_type="image/svg+xml")
+
+
+def _figure_name(request: Request) -> str:
+    """A figure's name from its URL (NAME.svg)."""
+    name = str(request.path_params["name"])
+    if not name.endswith(".svg"):
+        raise checks.NotFound("a figure is NAME.svg")
+    return name.removesuffix(".svg")
 
 
 def _error(templates: Jinja2Templates, request: Request, status: int, message: str) -> Response:
@@ -176,7 +186,10 @@ def _routes(browser: Browser, templates: Jinja2Templates) -> list[Route | Mount]
     routes: list[Route | Mount] = [
         Route("/", lambda r: RedirectResponse("/experiments")),
         Route("/favicon.ico", lambda r: RedirectResponse("/static/favicon.svg", status_code=301)),
-        Route("/experiments/{ident}/ratios.svg", lambda r: _svg(figures.ratios(browser.report(ident(r))))),
+        Route(
+            "/experiments/{ident}/figures/{name}", lambda r: _svg(browser.figure(ident(r), _figure_name(r)))
+        ),
+        Route("/experiments/{ident}/state.json", lambda r: JSONResponse(browser.state(ident(r)))),
         Route(
             "/regressions.atom",
             lambda r: Response(

@@ -8,19 +8,15 @@ import threading
 
 from layerbench.analysis import trend as trends
 from layerbench.reports import plots
-from layerbench.reports.base import ReportData
-from layerbench.reports.contents import ratio_points
+from layerbench.reports.document import Figure
 
 _DRAWING = threading.Lock()
 
 
-def ratios(data: ReportData) -> str:
-    """The HTML report's ratio plot of the experiment."""
+def drawn(figure: Figure) -> str:
+    """A figure of a report document, as SVG."""
     with _DRAWING:
-        return plots.ratio_figure(
-            {f"workload {w}": ratio_points(data, w) for w in data.workloads},
-            xlabel=f"wall time ratio to {data.baseline}",
-        )
+        return figure.draw()
 
 
 def series(one: trends.Series, steps: list[trends.Step]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, TypeVar, cast
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.datastructures import QueryParams
 
@@ -19,7 +19,8 @@ from layerbench.analysis.compare import flatten
 from layerbench.core.errors import UserError
 from layerbench.reports import base as reports
 from layerbench.reports import contents
-from layerbench.serve import checks
+from layerbench.reports.document import Document, Figure
+from layerbench.serve import checks, figures
 from layerbench.store import Store
 
 T = TypeVar("T")
@@ -100,9 +101,37 @@ class Browser:
         return found[0]
 
     def report(self, experiment_id: int) -> reports.ReportData:
+        return self.cached(
+            self._key("report", experiment_id), lambda: reports.gather(self.store, experiment_id)
+        )
+
+    def document(self, experiment_id: int) -> Document:
+        """What the html report shows of the experiment, built once per state of it."""
+        key = self._key("document", experiment_id)
+        return self.cached(key, lambda: contents.document(self.report(experiment_id)))
+
+    def figure(self, experiment_id: int, name: str) -> str:
+        """One figure of the experiment's document, as SVG, drawn once per state of it."""
+        found = {
+            block.name: block
+            for section in self.document(experiment_id).sections
+            for block in section.blocks
+            if isinstance(block, Figure)
+        }
+        if name not in found:
+            raise checks.NotFound(f"experiment {experiment_id} has no such figure")
+        return self.cached(self._key(("figure", name), experiment_id), lambda: figures.drawn(found[name]))
+
+    def _key(self, what: Hashable, experiment_id: int) -> Hashable:
+        """What a view of an experiment was computed from: its runs and status (a running
+        experiment's views are computed again as its runs are stored)."""
         record = self.experiment_record(experiment_id)
-        key = ("report", experiment_id, record["runs"], record["status"])
-        return self.cached(key, lambda: reports.gather(self.store, experiment_id))
+        return (what, experiment_id, record["runs"], record["status"])
+
+    def state(self, experiment_id: int) -> dict[str, Any]:
+        """What a page following a running experiment asks for, every few seconds."""
+        record = self.experiment_record(experiment_id)
+        return {"id": experiment_id, "status": record["status"], "runs": record["runs"]}
 
 
 def _in_range(started: str, since: date | None, until: date | None) -> bool:
@@ -168,6 +197,8 @@ def _ratio_table(data: reports.ReportData, experiment_id: int) -> Table:
 
 
 def experiment(browser: Browser, experiment_id: int, query: QueryParams) -> View:
+    """What the html report shows (its document), the ratios linked to their runs; a page
+    that follows the experiment while it runs."""
     checks.filters(query, ())
     data = browser.report(experiment_id)
     record = data.experiment
@@ -177,11 +208,11 @@ def experiment(browser: Browser, experiment_id: int, query: QueryParams) -> View
         if r["name"] == record["name"] and r["id"] < experiment_id and r["status"] == "done"
     ]
     context = {
-        "experiment": record,
-        "host_lines": reports.host_lines(record["host"]),
-        "design_note": data.design_note(),
-        "why": {w: data.why_lines(w) for w in data.workloads},
-        "warnings": data.warnings,
+        "experiment": browser.experiment_record(experiment_id) | record,
+        "document": browser.document(experiment_id),
+        "figure_src": lambda name: f"/experiments/{experiment_id}/figures/{quote(name, safe='')}.svg",
+        "cost_title": contents.COST_TITLE,
+        "live": f"/experiments/{experiment_id}/state.json" if record["status"] == "running" else None,
         "previous": earlier[-1] if earlier else None,
         "plan_link": "/trends?" + urlencode({"plan": record["name"]}),
     }
