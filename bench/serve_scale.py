@@ -149,16 +149,21 @@ def main() -> int:
         "--postgres", action="store_true", help="a PostgreSQL cluster of its own (Debian's), removed after"
     )
     args = parser.parse_args()
+    created = not args.scratch.exists()
     args.scratch.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as resources:
-        if args.postgres:
-            import postgres  # tests/postgres.py: initdb, pg_ctl, a Unix socket
+    try:
+        with contextlib.ExitStack() as resources:
+            if args.postgres:
+                import postgres  # tests/postgres.py: initdb, pg_ctl, a Unix socket
 
-            if reason := postgres.missing():
-                raise SystemExit(f"--postgres: {reason}")
-            server = resources.enter_context(postgres.cluster(args.scratch))
-            args.db = server.create_database("scale")
-        return _bench(args)
+                if reason := postgres.missing():
+                    raise SystemExit(f"--postgres: {reason}")
+                server = resources.enter_context(postgres.cluster(args.scratch))
+                args.db = server.create_database("scale")
+            return _bench(args)
+    finally:
+        if created and not args.keep:  # the throwaway cluster's directory too
+            shutil.rmtree(args.scratch, ignore_errors=True)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -499,6 +499,25 @@ def test_the_planted_step_is_found_once_in_the_browser(browser: Any, server: dic
     _drain(browser)
 
 
+def test_a_trends_points_say_which_experiment_they_are_and_open_it(
+    browser: Any, server: dict[str, Any]
+) -> None:
+    """Interactive with no style and no script of another origin: the plot is put inline by
+    the page's own script, each point titled and linked to its experiment."""
+    _open(browser, server, "/trends?plan=trendy&stack=slow")
+    _settle(browser, lambda: browser.find_elements(By.CSS_SELECTOR, ".figure svg.inline-plot"))
+    links = browser.find_elements(By.CSS_SELECTOR, ".figure svg.inline-plot a")
+    titles = [link.find_element(By.TAG_NAME, "title").get_attribute("textContent") for link in links]
+    assert [title.split()[1] for title in titles] == [str(i) for i in range(1, EXPERIMENTS + 1)], titles
+    assert all(re.search(r"\): x1\.\d{3}$", title) for title in titles), titles
+    assert browser.execute_script("return document.querySelectorAll('[style]').length") == 0
+    console, _ = _drain(browser)
+    assert [m for m in console if m["level"] in ("SEVERE", "WARNING")] == []  # the policy refused nothing
+    links[6].click()
+    _settle(browser, lambda: urllib.parse.urlsplit(browser.current_url).path == "/experiments/7")
+    _drain(browser)
+
+
 def test_the_regressions_feed_has_the_planted_step_as_its_one_entry(server: dict[str, Any]) -> None:
     from xml.etree import ElementTree
 

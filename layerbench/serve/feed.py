@@ -17,8 +17,10 @@ def _stamp(text: str | None) -> str:
     if not text:
         return "1970-01-01T00:00:00Z"
     moment = datetime.fromisoformat(text)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
+    return (
+        (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+        .astimezone(UTC)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
     )
 
 
