@@ -269,6 +269,7 @@ VIEWS = [
     "/trends",
     "/trends?plan=trendy",
     "/trends?plan=trendy&stack=slow",
+    "/trends?plan=other",  # a plan of one experiment: one point a series
     "/regressions",
 ]
 

@@ -52,7 +52,8 @@ def linked(svg: str, titles: list[str]) -> str:
     root = ElementTree.fromstring(svg)
     without_styles(root)
     group = next(g for g in root.iter(f"{{{SVG}}}g") if g.get("id") == POINTS)
-    links = group.findall(f"{{{SVG}}}a")
+    # Each point's link wraps its marker, or sits inside the marker's clip group (one point).
+    links = list(group.iter(f"{{{SVG}}}a"))
     if len(links) != len(titles):
         raise ValueError(f"{len(links)} linked points, {len(titles)} titles")
     for link, title in zip(links, titles, strict=True):

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The noise budget of an experiment's workloads: how much of the run-to-run variance of
+each workload's elapsed times goes with each per-run factor the harness records.
+
+    python3 bench/noise_budget.py [--db layerbench.db] [--experiment ID]   # default: the latest
+
+For each workload, the response is the log of each measured run's elapsed time less its
+stack's mean (the stacks' own costs taken out: what is left is the noise the comparisons
+must see through). Each factor is a figure stored with every run, read either before the
+timed run started (a pre-run covariate: a comparison may be adjusted for it) or during it
+(an outcome of the run: it says where the time went, never a correction). For each factor:
+Spearman's rho with the response, its p-value, and rho squared (the share of the variance
+that goes with it, alone); then the share the pre-run factors explain together (R² of a
+least-squares fit on their ranks, with the F test's p-value). Prints Markdown."""
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.store import Store, locate  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    when: str  # "before" the timed run, or "during" it
+    read: Callable[[dict[str, Any]], float | None]
+
+
+def _fact(key: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(run: dict[str, Any]) -> float | None:
+        value = run["facts"].get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    return read
+
+
+def _column(key: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(run: dict[str, Any]) -> float | None:
+        value = run.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    return read
+
+
+FACTORS = (
+    Factor("memory handed back to the hypervisor since the last run (KiB)", "before",
+           _fact("memory_reported_kib_before_run")),
+    Factor("free memory (KiB)", "before", _fact("mem_free_kib_before_run")),
+    Factor("memory held warm for the run (bytes)", "before", _fact("warm_memory_bytes")),
+    Factor("settle: seconds waited for quiet devices", "before", _fact("settle_waited_s")),
+    Factor("settle: bytes written back while waiting", "before", _fact("settle_written_bytes")),
+    Factor("settle: bytes discarded while waiting", "before", _fact("settle_discarded_bytes")),
+    Factor("runnable tasks at the start", "before", _fact("runnable_at_start")),
+    Factor("load average (1 min)", "before", _fact("load_1m")),
+    Factor("the trial's place in the experiment", "before", _column("trial")),
+    Factor("the previous trial's teardown (s)", "before", lambda run: run.get("_previous_teardown_s")),
+    Factor("memory handed back during the run (KiB)", "during", _fact("memory_reported_kib_during_run")),
+    Factor("other processes' CPU (s)", "during", _fact("others_cpu_s")),
+    Factor("kernel threads' CPU (s)", "during", _column("kthread_cpu_s")),
+    Factor("I/O stall of the run, PSI some (s)", "during", _column("psi_io_some_s")),
+    Factor("CPU wait of the run, PSI some (s)", "during", _column("psi_cpu_some_s")),
+    Factor("the run's system time (s)", "during", _column("sys_s")),
+)  # fmt: skip
+
+
+def _within_stacks(values: list[float], stacks: list[str]) -> np.ndarray:
+    """Each value less its stack's mean: what varies from run to run, not between stacks."""
+    means = {
+        stack: float(np.mean([v for v, s in zip(values, stacks, strict=True) if s == stack]))
+        for stack in set(stacks)
+    }
+    return np.array([v - means[s] for v, s in zip(values, stacks, strict=True)])
+
+
+def _factor_values(factor: Factor, runs: list[dict[str, Any]]) -> np.ndarray | None:
+    """The factor within each stack, or None where a run lacks it or it never varies."""
+    values = [factor.read(run) for run in runs]
+    if any(v is None for v in values):
+        return None
+    within = _within_stacks([float(v) for v in values if v is not None], [run["stack"] for run in runs])
+    return within if np.ptp(within) > 0 else None
+
+
+def _joint(response: np.ndarray, columns: list[np.ndarray]) -> tuple[float, float, float]:
+    """R² and adjusted R² of the response on the ranks of the columns, with the F test's p."""
+    n, k = len(response), len(columns)
+    if k == 0 or n <= k + 1:
+        return math.nan, math.nan, math.nan
+    design = np.column_stack([np.ones(n), *(scipy_stats.rankdata(c) for c in columns)])
+    fitted = design @ np.linalg.lstsq(design, response, rcond=None)[0]
+    total = float(np.sum((response - response.mean()) ** 2))
+    r2 = 1 - float(np.sum((response - fitted) ** 2)) / total if total > 0 else math.nan
+    adjusted = 1 - (1 - r2) * (n - 1) / (n - k - 1)
+    f = (r2 / k) / ((1 - r2) / (n - k - 1)) if r2 < 1 else math.inf
+    return r2, adjusted, float(scipy_stats.f.sf(f, k, n - k - 1))
+
+
+def budget(runs: list[dict[str, Any]], workload: str) -> list[str]:
+    measured = [r for r in runs if r["workload"] == workload and r["status"] == "ok" and not r["warmup"]]
+    stacks = [run["stack"] for run in measured]
+    response = _within_stacks([math.log(run["wall_s"]) for run in measured], stacks)
+    lines = [
+        f"### {workload}: {len(measured)} runs on {len(set(stacks))} stacks, the noise (SD of "
+        f"the log elapsed time within a stack) {float(np.std(response, ddof=1)):.3f}",
+        "",
+        "| factor (within each stack) | read | Spearman rho | p | share of the variance (rho²) |",
+        "|---|---|---|---|---|",
+    ]
+    before = []
+    for factor in FACTORS:
+        values = _factor_values(factor, measured)
+        if values is None or len(values) < 5:
+            lines.append(f"| {factor.name} | {factor.when} | - | - | (not recorded, or constant) |")
+            continue
+        if factor.when == "before":
+            before.append(values)
+        rho, p = scipy_stats.spearmanr(values, response)
+        lines.append(f"| {factor.name} | {factor.when} | {rho:+.2f} | {p:.2g} | {rho * rho:.0%} |")
+    r2, adjusted, p = _joint(response, before)
+    lines += [
+        "",
+        f"The {len(before)} pre-run factors that vary, together (their ranks, least squares): "
+        f"R² {r2:.0%}, adjusted {adjusted:.0%}, F test p {p:.2g}.",
+    ]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="layerbench.db")
+    parser.add_argument("--experiment", type=int, help="an experiment's id (default: the latest)")
+    args = parser.parse_args()
+    try:
+        store = Store(locate(args.db), read_only=True)
+    except UserError as exc:
+        print(f"noise_budget: {exc}", file=sys.stderr)
+        return 2
+    try:
+        history = store.history()
+        if not history:
+            print(f"noise_budget: no experiment in {args.db}", file=sys.stderr)
+            return 2
+        ident = args.experiment if args.experiment is not None else max(r["id"] for r in history)
+        if ident not in {r["id"] for r in history}:
+            print(f"noise_budget: no experiment {ident} in {args.db}", file=sys.stderr)
+            return 2
+        runs = sorted(store.runs(ident), key=lambda run: run["trial"])
+    finally:
+        store.close()
+    previous_teardown = None
+    for run in runs:  # the trial before in the experiment's order: what it left to delete
+        run["_previous_teardown_s"] = previous_teardown
+        previous_teardown = run["facts"].get("phase_teardown_s")
+    workloads = list(dict.fromkeys(run["workload"] for run in runs))
+    print(f"Noise budget of experiment {ident} ({args.db})\n")
+    for workload in workloads:
+        print("\n".join(budget(runs, workload)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
