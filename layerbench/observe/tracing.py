@@ -32,13 +32,20 @@ PROGRAM_ENV = "LAYERBENCH_BPFTRACE"  # the bpftrace to run (tests point it at a 
 TRACEFS = Path("/sys/kernel/tracing")
 KINDS = ("block",)
 _ATTACH_TIMEOUT_S = 30.0
-_SCRIPT = """\
-tracepoint:block:block_rq_issue { @start[args->dev, args->sector] = nsecs; }
-tracepoint:block:block_rq_complete /@start[args->dev, args->sector]/ {
+_STOP_TIMEOUT_S = 30.0
+# bpftrace prints "attached_probes" before it can take a SIGINT: one sent between the two is
+# lost and bpftrace runs on (4 of 15 starts here, stopped at once). BEGIN fires once every
+# probe is attached and its printf is written from the loop that takes the SIGINT, so the
+# trace counts as started only once this marker is in the output.
+_READY = "layerbench-trace-ready"
+_SCRIPT = f"""\
+BEGIN {{ printf("{_READY}\\n"); }}
+tracepoint:block:block_rq_issue {{ @start[args->dev, args->sector] = nsecs; }}
+tracepoint:block:block_rq_complete /@start[args->dev, args->sector]/ {{
   @usecs[args->dev] = hist((nsecs - @start[args->dev, args->sector]) / 1000);
   delete(@start[args->dev, args->sector]);
-}
-END { clear(@start); }
+}}
+END {{ clear(@start); }}
 """
 
 
@@ -132,6 +139,7 @@ def block_trace(scratch: Scratch, workdir: Path) -> Iterator[Trace]:
         return
     script, output = workdir / "block.bt", workdir / "block.json"
     script.write_text(_SCRIPT)
+    output.unlink(missing_ok=True)  # a marker left by an earlier trace is not this one's
 
     def start() -> subprocess.Popen[bytes]:
         with open(workdir / "bpftrace.err", "wb") as errors:
@@ -151,8 +159,12 @@ def block_trace(scratch: Scratch, workdir: Path) -> Iterator[Trace]:
             yield trace
             if trace.missing is None:
                 child.send_signal(signal.SIGINT)  # it prints its maps and exits
-                child.wait(timeout=30)
-                trace.histograms = parse(output.read_text())
+                try:
+                    child.wait(timeout=_STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    trace.missing = f"bpftrace did not stop within {_STOP_TIMEOUT_S:.0f} s of SIGINT"
+                else:
+                    trace.histograms = parse(output.read_text())
         finally:
             if child.poll() is None:
                 child.kill()
@@ -163,7 +175,7 @@ def _attached(child: subprocess.Popen[bytes], output: Path) -> bool:
     deadline = time.monotonic() + _ATTACH_TIMEOUT_S
     while time.monotonic() < deadline and child.poll() is None:
         with contextlib.suppress(OSError):
-            if '"attached_probes"' in output.read_text():
+            if _READY in output.read_text():
                 return True
         time.sleep(0.02)
     return False
