@@ -62,6 +62,7 @@ FACTORS = (
     Factor("settle: seconds waited for quiet devices", "before", _fact("settle_waited_s")),
     Factor("settle: bytes written back while waiting", "before", _fact("settle_written_bytes")),
     Factor("settle: bytes discarded while waiting", "before", _fact("settle_discarded_bytes")),
+    Factor("settle: kernel threads' CPU while waiting (s)", "before", _fact("settle_kthread_cpu_s")),
     Factor("runnable tasks at the start", "before", _fact("runnable_at_start")),
     Factor("load average (1 min)", "before", _fact("load_1m")),
     Factor("the trial's place in the experiment", "before", _column("trial")),

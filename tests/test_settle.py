@@ -61,6 +61,23 @@ def test_a_writer_keeps_the_wait_going_and_is_counted(tmp_path: Path) -> None:
     assert set(facts) == {f"settle_{k}" for k in settled.__dataclass_fields__}
 
 
+def test_the_kernel_threads_work_on_what_was_left_dirty_is_read_over_the_wait() -> None:
+    """256 MiB left dirty in the page cache: the wait's sync has the kernel's flusher threads
+    write it back, and their CPU is the wait's (a pre-run covariate of the next run)."""
+    TEST_ROOT.mkdir(parents=True, exist_ok=True)
+    target = TEST_ROOT / f"settle-dirty-{os.getpid()}"
+    try:
+        with open(target, "wb") as handle:
+            for _ in range(256):
+                handle.write(b"\x01" * (1 << 20))
+        settled = settle.wait_quiet(_disks(), quiet_s=0.05, timeout_s=30)
+    finally:
+        target.unlink()
+    assert settled.kthread_cpu_s is not None and settled.kthread_cpu_s > 0, settled
+    assert settled.facts()["settle_kthread_cpu_s"] == settled.kthread_cpu_s
+    assert settle.wait_quiet(_disks(), quiet_s=0, timeout_s=10).kthread_cpu_s is None  # off: not read
+
+
 def test_a_wait_that_cannot_find_quiet_says_it_timed_out() -> None:
     settled = settle.wait_quiet(_disks(), quiet_s=5, timeout_s=0.1)
     assert settled.timed_out and settled.waited_s < 1
@@ -84,8 +101,11 @@ def test_waits_are_cut_short_after_three_that_found_the_devices_busy_throughout(
         return settle.Settled(timeout_s, timeout_s, 0, 0, 0, next(outcomes))
 
     monkeypatch.setattr(settle, "wait_quiet", scripted)
-    plan = parse_plan('name = "p"\nbaseline = "a"\nsettle_timeout = 10\n[stacks.a]\nlayers = []\n'
-                      '[workloads.w]\nkind = "command"\nrun = "true"\n', "p.toml")
+    plan = parse_plan(
+        'name = "p"\nbaseline = "a"\nsettle_timeout = 10\n[stacks.a]\nlayers = []\n'
+        '[workloads.w]\nkind = "command"\nrun = "true"\n',
+        "p.toml",
+    )
     executor = LocalExecutor(Scratch(scratch_root))
     cut = [executor._settle(Setting(plan, {}, 1), []).cut_short for _ in range(6)]
     assert asked == [10, 10, 10, 1.0, 1.0, 10]

@@ -5,7 +5,9 @@ commits and, with online `discard`, into discard requests that the device works 
 later. Left alone, that work lands in the next trial's timed run. `wait_quiet` writes back
 what is dirty, then polls /proc/diskstats until no request is in flight and no write,
 discard or flush completed for `quiet_s`, or `timeout_s` passed; the run records how long it
-waited and what was still in flight, so a report can show it."""
+waited and what was still in flight, so a report can show it. It also records the kernel
+threads' CPU over the wait (writeback, discards, the file systems' own workers): work the
+trials before left, read before the timed run starts, so a pre-run covariate."""
 
 import os
 import time
@@ -13,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from layerbench.linux import mounts
+from layerbench.observe import kernelstats
 
 _SECTOR = 512
 POLL_S = 0.02
@@ -70,6 +73,7 @@ class Settled:
     discarded_bytes: int  # discarded while waiting
     timed_out: bool
     cut_short: bool = False  # the timeout was cut: the devices stayed busy through the last waits
+    kthread_cpu_s: float | None = None  # kernel threads' CPU from the sync to the end of the wait
 
     def facts(self) -> dict[str, Any]:
         return {f"settle_{key}": value for key, value in asdict(self).items()}
@@ -81,11 +85,22 @@ def scratch_devices(root: str | os.PathLike[str]) -> list[str]:
     return sorted({mounts.whole_disk(name) for name in mounts.devices_under(root)})
 
 
+def _threads_cpu_s(before: dict[str, tuple[str, float]]) -> float:
+    """Kernel threads' CPU since `before` (threads started since count from 0)."""
+    spent = 0.0
+    for pid, (_, cpu) in kernelstats.kernel_threads().items():
+        earlier = before.get(pid)
+        spent += max(0.0, cpu - earlier[1]) if earlier is not None else cpu
+    return round(spent, 4)
+
+
 def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settled:
     began = time.monotonic()
-    os.sync()
     if quiet_s <= 0 or not devices:
+        os.sync()
         return Settled(time.monotonic() - began, 0.0, 0, 0, 0, False)
+    threads = kernelstats.kernel_threads()
+    os.sync()
     first = previous = read_activity(devices)
     last_busy = time.monotonic()
     while True:
@@ -104,4 +119,5 @@ def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settl
         written_bytes=current.written_bytes - first.written_bytes,
         discarded_bytes=current.discarded_bytes - first.discarded_bytes,
         timed_out=moment - last_busy < quiet_s,
+        kthread_cpu_s=_threads_cpu_s(threads),
     )
