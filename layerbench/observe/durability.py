@@ -6,8 +6,10 @@ sync of the file systems under it) and the run measured less than it claims.
 
 The rule: reached >= SHARE x claimed, with reached the bytes written to the stack's bottom
 device (the disk behind a loop device) between the run's start and end. Other writers on
-that disk can only add to it, so a flagged run is a real miss; a stack that keeps its data
-in memory (tmpfs) has no device and is not checked."""
+that disk can only add to it, so a flagged run is a real miss, but a busy neighbour can hide
+one: beside `stress-ng --hdd` on the same disk, 528 MiB reached it during a run whose 64 MiB
+stayed dirty above (docs/flakes.md). A stack that keeps its data in memory (tmpfs) has no
+device and is not checked."""
 
 from typing import Any
 

@@ -127,7 +127,8 @@ def _durability(db: Path) -> dict[str, Any]:
 def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, tmp_path: Path) -> None:
     """bindfs passes no syncfs down: with the sync of the file systems below switched off
     (a test-only switch), the extracted files stay dirty under the FUSE layer."""
-    # 64 MB in four files: far more than other writers on the disk could add in the run.
+    # 64 MB in four files: far more than the harness's own writes add to the disk in the run;
+    # another writer on the disk hides the miss (docs/flakes.md: open, beside the neighbour).
     tree = tmp_path / "tree"
     tree.mkdir()
     for number in range(4):
