@@ -571,7 +571,7 @@ def _compare_fleet(args: argparse.Namespace) -> int:
         return _emit(json.dumps(document, indent=2) + "\n", args.output)
     parts = [f"fleet {record['id']}: every host against {record['reference']}\n"]
     for comparison in comparisons:
-        parts.append(f"\n== host {comparison.b.experiment['host_name']} against {record['reference']} ==\n")
+        parts.append(f"\n== host {comparison.b.experiment.host_name} against {record['reference']} ==\n")
         parts.append(render(comparison))
     return _emit("".join(parts), args.output)
 

@@ -68,27 +68,27 @@ class Experiment:
     def resume(cls, store: Store, executor: Executor, experiment_id: int) -> "Experiment":
         """The stored experiment, ready to run only the trials it is missing."""
         record = store.experiment(experiment_id)
-        if record["status"] == "done":
+        if record.status == "done":
             raise UserError(f"experiment {experiment_id} is complete; nothing to resume")
-        if record["status"] == "running":
-            raise UserError(f"experiment {experiment_id} is still running (pid {record['pid']})")
-        options = record["plan"].get("run_options", {})
+        if record.status == "running":
+            raise UserError(f"experiment {experiment_id} is still running (pid {record.pid})")
+        options = record.plan.get("run_options", {})
         plan = parse_plan(
-            record["plan_text"],
-            record["plan_source"],
+            record.plan_text,
+            record.plan_source,
             quick=options.get("quick", False),
             reps=options.get("reps"),
             budget=options.get("budget"),
         )
         experiment = cls(
-            plan, store, executor, seed=record["seed"], fleet=record["fleet"], host_name=record["host_name"]
+            plan, store, executor, seed=record.seed, fleet=record.fleet, host_name=record.host_name
         )
         experiment.id = experiment_id
         experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
-        experiment._stacks_seen = set(record["stacks"])
+        experiment._stacks_seen = set(record.stacks)
         experiment._probe.seq = len(store.sentinels(experiment_id))
-        if sequential.FACT in record["facts"]:
-            experiment._sequential = sequential.State.of_fact(record["facts"][sequential.FACT])
+        if sequential.FACT in record.facts:
+            experiment._sequential = sequential.State.of_fact(record.facts[sequential.FACT])
         return experiment
 
     @property

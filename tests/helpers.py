@@ -39,6 +39,29 @@ def new_experiment(store: Any, **fields: Any) -> int:
     return int(store.create_experiment(**(defaults | fields)))
 
 
+def experiment_record(**fields: Any) -> Any:
+    """A stored experiment's record as the store reads it back, with the fewest fields."""
+    from layerbench.store import ExperimentRecord
+
+    defaults: dict[str, Any] = {
+        "id": 1,
+        "name": "t",
+        "status": "done",
+        "plan_source": "p.toml",
+        "plan_text": "",
+        "plan": {"stacks": {}, "workloads": {}},
+        "seed": 1,
+        "baseline": "a",
+        "started": "2026-12-02T10:00:00+00:00",
+        "finished": None,
+        "host": {},
+        "stacks": {},
+        "warnings": [],
+        "version": "0",
+    }
+    return ExperimentRecord(**(defaults | fields))
+
+
 def run_row(fill: float = 1, **fields: Any) -> dict[str, Any]:
     """A stored run's row: every registered counter `fill`, one ok run of workload w on stack a."""
     from layerbench.store import run_columns

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from helpers import experiment_record
 
 from layerbench.analysis.compare import Side, compare, flatten, host_differences
 from layerbench.observe.sentinel import Sample
@@ -21,7 +22,7 @@ def _side(
     runs = [run for (s, w), values in walls.items() for run in _runs(s, w, values)]
     plan = {"stacks": {s: {} for s, _ in walls}, "workloads": {w: {} for _, w in walls}}
     baseline = next(iter(walls))[0]
-    experiment = {"id": ident, "name": "x", "plan": plan, "host": host, "baseline": baseline}
+    experiment = experiment_record(id=ident, name="x", plan=plan, host=host, baseline=baseline)
     return Side(Path("x.db"), experiment, runs, list(sentinels))
 
 

@@ -1,3 +1,5 @@
+from helpers import experiment_record
+
 from layerbench.reports import host_state
 
 
@@ -6,7 +8,7 @@ def _run(wall_s: float, status: str = "ok") -> dict[str, object]:
 
 
 def test_the_share_of_time_in_timed_runs() -> None:
-    experiment = {"started": "2026-12-02T10:00:00+00:00", "finished": "2026-12-02T10:01:40+00:00"}
+    experiment = experiment_record(finished="2026-12-02T10:01:40+00:00")
     runs = [_run(30.0), _run(40.0), _run(0.0, "failed"), _run(5.0)]
     line = host_state.time_share_line(experiment, runs)
     # 75 s of 100 s in the three runs that ran; 25 s over 4 trials outside them.
@@ -18,13 +20,13 @@ def test_the_share_of_time_in_timed_runs() -> None:
 
 def test_no_share_while_the_experiment_runs() -> None:
     assert (
-        host_state.time_share_line({"started": "2026-12-02T10:00:00+00:00", "finished": None}, [_run(1)])
+        host_state.time_share_line(experiment_record(finished=None), [_run(1)])
         is None
     )
 
 
 def test_the_untimed_time_per_phase_is_the_mean_over_the_trials_that_recorded_it() -> None:
-    experiment = {"started": "2026-12-02T10:00:00+00:00", "finished": "2026-12-02T10:00:20+00:00"}
+    experiment = experiment_record(finished="2026-12-02T10:00:20+00:00")
     runs = [_run(4.0), _run(6.0)]
     runs[0]["facts"] = {"phase_build_s": 1.0, "phase_prepare_s": 2.0, "phase_teardown_s": 0.5}
     runs[1]["facts"] = {"phase_build_s": 3.0, "phase_around_run_s": 0.25}

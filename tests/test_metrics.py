@@ -50,7 +50,7 @@ def test_every_registered_metric_has_one_definition() -> None:
 
 def test_a_results_file_of_the_landed_main_reports_the_same_figures(landed: Path) -> None:
     data = reports.gather(Store(landed), 1)
-    assert len(data.runs) == 16 and data.experiment["status"] == "done"
+    assert len(data.runs) == 16 and data.experiment.status == "done"
     everything = stats.measured(data.runs, disturbed=True)
     for (stack, workload, metric), median in LANDED_MEDIANS.items():
         values = sorted(r[metric] for r in everything[(stack, workload)])
@@ -107,4 +107,4 @@ def test_a_counter_added_to_the_registry_reaches_store_statistics_and_json(
     assert any(r["metric"] == "pressure_io_s" for r in document["summary"])
     old = reports.gather(store, 1)  # the landed runs: no figure, no error
     assert old.summary("ram", "files", "pressure_io_s").n == 0  # type: ignore[union-attr]
-    assert stats.Design.of_plan(old.experiment["plan"]).correction == "holm"
+    assert stats.Design.of_plan(old.experiment.plan).correction == "holm"

@@ -40,7 +40,7 @@ def test_a_file_of_the_landed_main_migrates_in_place_and_reports_the_same_figure
         for row, landed in zip(document["summary"], expected["summary"], strict=True)
     ] == expected["summary"]
     assert len(store.runs(1)) == 10 and len(store.sentinels(1)) == 11
-    assert store.experiment(1)["facts"] == {"probe": {"x": 1}}
+    assert store.experiment(1).facts == {"probe": {"x": 1}}
     store.close()
     connection = sqlite3.connect(copy)
     assert connection.execute("SELECT version_num FROM alembic_version").fetchone()[0] == migrate.head()

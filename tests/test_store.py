@@ -30,7 +30,7 @@ def test_runs_round_trip(store_location: str) -> None:
     store.add_warning(ident, "noisy")
     store.add_warning(ident, "noisy")
     record = store.experiment(ident)
-    assert record["stacks"] == {"a": {"layers": ["bind"]}} and record["warnings"] == ["noisy"]
+    assert record.stacks == {"a": {"layers": ["bind"]}} and record.warnings == ["noisy"]
     assert store.latest_experiment_id() == ident
 
 
@@ -63,7 +63,7 @@ def test_killed_experiments_are_marked_interrupted(store_location: str) -> None:
     with store.engine.begin() as connection:  # no such process
         connection.execute(text("UPDATE experiments SET pid = 2147483647"))
     assert store.mark_running_interrupted() == [ident]
-    assert store.experiment(ident)["status"] == "interrupted"
+    assert store.experiment(ident).status == "interrupted"
 
 
 def test_a_running_experiment_of_another_machine_is_left_alone(store_location: str) -> None:
@@ -74,7 +74,7 @@ def test_a_running_experiment_of_another_machine_is_left_alone(store_location: s
     with store.engine.begin() as connection:
         connection.execute(text("UPDATE experiments SET pid = 2147483647, owner = 'elsewhere'"))
     assert store.mark_running_interrupted() == []
-    assert store.experiment(ident)["status"] == "running"
+    assert store.experiment(ident).status == "running"
 
 
 def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> None:
@@ -98,10 +98,10 @@ def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> 
     (probe,) = store.sentinels(ident)
     assert probe.parts == {"cpu": 0.6} and probe.after_trial == 0
     record = store.experiment(ident)
-    assert record["facts"] == {"reps": {"a": 7}}
-    assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
+    assert record.facts == {"reps": {"a": 7}}
+    assert (record.status, record.status_reason) == ("interrupted", "host lost")
     store.reopen_experiment(ident)
-    assert store.experiment(ident)["status_reason"] is None
+    assert store.experiment(ident).status_reason is None
     (entry,) = store.history()
     assert entry["runs"] == 1 and entry["stacks"] == []
 

@@ -70,13 +70,13 @@ def test_a_server_stopped_mid_experiment_is_store_lost_and_the_stored_runs_stay_
     assert all(len(series) == 3 for series in store.samples(experiment.id).values())
     # Its process is alive, so nothing marks it yet; once the process is gone, the next
     # run or clean marks it, and says why.
-    assert store.experiment(experiment.id)["status"] == "running"
+    assert store.experiment(experiment.id).status == "running"
     with store.engine.begin() as connection:
         connection.execute(text("UPDATE experiments SET pid = 2147483647"))
     assert store.mark_running_interrupted() == [experiment.id]
     record = store.experiment(experiment.id)
-    assert record["status"] == "interrupted"
-    assert record["status_reason"] == "its process (pid 2147483647) ended while it ran"
+    assert record.status == "interrupted"
+    assert record.status_reason == "its process (pid 2147483647) ended while it ran"
     store.close()
 
 

@@ -259,4 +259,4 @@ def test_an_older_postgresql_store_is_read_by_no_command_until_migrate_upgrades_
     assert done.stdout.endswith(
         f"upgraded from revision 0001 to revision {migrate.head()} in one transaction\n"
     )
-    assert Store(url, read_only=True).experiment(ident)["fleet"] is None
+    assert Store(url, read_only=True).experiment(ident).fleet is None

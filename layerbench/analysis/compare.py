@@ -21,7 +21,7 @@ from layerbench import stats
 from layerbench.analysis import drift
 from layerbench.core.errors import UserError
 from layerbench.observe import sentinel
-from layerbench.store import Location, Store
+from layerbench.store import ExperimentRecord, Location, Store
 
 METRIC = "wall_s"
 SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
@@ -30,13 +30,13 @@ SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolu
 @dataclass
 class Side:
     db: "Path | Location"
-    experiment: dict[str, Any]
+    experiment: ExperimentRecord
     runs: list[dict[str, Any]]
     sentinels: list[sentinel.Sample] = field(default_factory=list)
 
     @property
     def baseline(self) -> str:
-        return str(self.experiment["baseline"])
+        return str(self.experiment.baseline)
 
     def round_ratios(self, stack: str, workload: str) -> list[float]:
         """The stack's wall time over the baseline's, per round both ran in (by repetition;
@@ -49,11 +49,11 @@ class Side:
     @property
     def label(self) -> str:
         return (
-            f"{self.experiment['id']} ({self.experiment['name']}, {self.experiment['host'].get('hostname')})"
+            f"{self.experiment.id} ({self.experiment.name}, {self.experiment.host.get('hostname')})"
         )
 
     def pairs(self) -> list[tuple[str, str]]:
-        plan = self.experiment["plan"]
+        plan = self.experiment.plan
         return [(s, w) for w in plan["workloads"] for s in plan["stacks"]]
 
 
@@ -143,7 +143,7 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             keys = ("id", "name", "status", "started", "finished", "baseline", "fleet", "host_name")
-            return {k: s.experiment.get(k) for k in keys} | {"db": str(s.db), "host": s.experiment["host"]}
+            return s.experiment.header(*keys) | {"db": str(s.db), "host": s.experiment.host}
 
         agree, compared = self.agreeing()
         return {
@@ -211,16 +211,16 @@ def compare(a: Side, b: Side) -> Comparison:
         if (stack, workload) in pairs_a
     ]
     # A is the reference for B: every pair present in both is one comparison of one family.
-    design = stats.Design.of_plan(b.experiment["plan"])
+    design = stats.Design.of_plan(b.experiment.plan)
     rows = stats.compare_samples(entries, METRIC, design)
     return Comparison(
         a=a,
         b=b,
         rows=rows,
-        host_differences=host_differences(a.experiment["host"], b.experiment["host"]),
+        host_differences=host_differences(a.experiment.host, b.experiment.host),
         only_in_a=[p for p in pairs_a if p not in pairs_b],
         only_in_b=[p for p in pairs_b if p not in pairs_a],
-        plans_differ=a.experiment["plan"] != b.experiment["plan"],
+        plans_differ=a.experiment.plan != b.experiment.plan,
         relative=relative(a, b, design),
         drift=drift_between(a, b, rows, design),
     )

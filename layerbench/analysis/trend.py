@@ -224,7 +224,7 @@ def trend(store: Store, plan: str) -> Trend:
     the plan's newest experiment; the host facts that changed across each real step."""
     series = gather(store, plan)
     newest = max(p.experiment for one in series for p in one.points) if series else None
-    design = stats.Design.of_plan(store.experiment(newest)["plan"] if newest is not None else {})
+    design = stats.Design.of_plan(store.experiment(newest).plan if newest is not None else {})
     found = find_steps(plan, series, design)
     for step in found.real_steps():
         step.changed = _changed(store, step.before.experiment, step.after.experiment)
@@ -276,8 +276,8 @@ def _split(
 def _changed(store: Store, before: int, after: int) -> list[tuple[str, Any, Any]]:
     """The host facts and the layerbench version that differ between two experiments."""
     a, b = store.experiment(before), store.experiment(after)
-    facts_a = a["host"] | {"layerbench_version": a.get("version")}
-    facts_b = b["host"] | {"layerbench_version": b.get("version")}
+    facts_a = a.host | {"layerbench_version": a.version}
+    facts_b = b.host | {"layerbench_version": b.version}
     return host_differences(facts_a, facts_b)
 
 

@@ -134,9 +134,9 @@ def run_hosts(
 def resume_host(store: Store, experiment_id: int, progress: FleetProgress | None = None) -> HostOutcome:
     """A lost host's experiment, once the host is back: only its missing trials, there."""
     record = store.experiment(experiment_id)
-    if not record["host_name"]:
+    if not record.host_name:
         raise UserError(f"experiment {experiment_id} ran on no fleet host; resume it without --fleet")
-    (outcome,) = _resume({record["host_name"]: experiment_id}, store, progress)
+    (outcome,) = _resume({record.host_name: experiment_id}, store, progress)
     return outcome
 
 

@@ -14,14 +14,14 @@ from layerbench.guest import notes as guest_notes
 from layerbench.observe import durability, fsstate, noise, sentinel, tracing
 from layerbench.reports import host_state
 from layerbench.stats import adaptive, marginal, sequential
-from layerbench.store import Store
+from layerbench.store import ExperimentRecord, Store
 from layerbench.workloads.base import LatencyCdf, Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
 @dataclass
 class ReportData:
-    experiment: dict[str, Any]
+    experiment: ExperimentRecord
     runs: list[dict[str, Any]]
     summaries: list[stats.Summary]
     warnings: list[str]
@@ -47,12 +47,12 @@ class ReportData:
     def sweeps(self) -> dict[str, list[str]]:
         """Each sweep's stacks, by the stack it was written as (in the plan's order)."""
         groups: dict[str, list[str]] = {}
-        for stack, point in self.experiment["plan"].get("sweeps", {}).items():
+        for stack, point in self.experiment.plan.get("sweeps", {}).items():
             groups.setdefault(point["group"], []).append(stack)
         return groups
 
     def sweep_values(self, stack: str) -> dict[str, Any]:
-        return dict(self.experiment["plan"].get("sweeps", {}).get(stack, {}).get("values", {}))
+        return dict(self.experiment.plan.get("sweeps", {}).get(stack, {}).get("values", {}))
 
     def sweep_lines(self, workload: str) -> list[str]:
         """Per sweep: each value's elapsed-time ratio against the baseline, side by side."""
@@ -87,7 +87,7 @@ class ReportData:
 
     @property
     def baseline(self) -> str:
-        return str(self.experiment["baseline"])
+        return str(self.experiment.baseline)
 
     def summary(self, stack: str, workload: str, metric: str) -> stats.Summary | None:
         for row in self.summaries:
@@ -157,13 +157,13 @@ class ReportData:
 def gather(store: Store, experiment_id: int) -> ReportData:
     experiment = store.experiment(experiment_id)
     runs = store.runs(experiment_id)
-    plan = experiment["plan"]
+    plan = experiment.plan
     stacks = list(plan["stacks"])
     workloads = list(plan["workloads"])
     design = stats.Design.of_plan(plan)
-    facts = experiment.get("facts", {})
-    rows = sequential.summaries(runs, facts, experiment["baseline"], stacks, workloads, design)
-    warnings = list(experiment["warnings"]) + stats.warnings_for(rows, runs, experiment["baseline"])
+    facts = experiment.facts
+    rows = sequential.summaries(runs, facts, experiment.baseline, stacks, workloads, design)
+    warnings = list(experiment.warnings) + stats.warnings_for(rows, runs, experiment.baseline)
     warnings += covariates.notes(runs)
     data = ReportData(
         experiment,
@@ -176,8 +176,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         store.sentinels(experiment_id),
         marginal.marginals(runs, plan.get("increments", {}), workloads, design),
     )
-    if experiment.get("fleet"):
-        data.fleet_ratios = _fleet_ratios(store, experiment["fleet"])
+    if experiment.fleet:
+        data.fleet_ratios = _fleet_ratios(store, experiment.fleet)
     if moved := host_state.drift_warning(data.sentinels):
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
@@ -205,7 +205,7 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
 
 
 def workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOptions]]:
-    return load_workload_kinds()[data.experiment["plan"]["workloads"][workload]["kind"]]
+    return load_workload_kinds()[data.experiment.plan["workloads"][workload]["kind"]]
 
 
 def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, Any]]]:

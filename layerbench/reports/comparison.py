@@ -222,8 +222,8 @@ def document(comparison: Comparison) -> Document:
         Section(
             "Hosts",
             [
-                Lines(host_lines(comparison.a.experiment["host"]), "A"),
-                Lines(host_lines(comparison.b.experiment["host"]), "B"),
+                Lines(host_lines(comparison.a.experiment.host), "A"),
+                Lines(host_lines(comparison.b.experiment.host), "B"),
             ],
         ),
     ]

@@ -43,7 +43,7 @@ CSH_FIELDS = (
 def document(data: ReportData) -> Document:
     experiment = data.experiment
     sections = [
-        Section("Hardware/OS", [Lines(host_lines(experiment["host"]))]),
+        Section("Hardware/OS", [Lines(host_lines(experiment.host))]),
         *_fleet(data),
         _cost(data),
         *_sweeps(data),
@@ -57,12 +57,12 @@ def document(data: ReportData) -> Document:
         _series(data),
         *_failed(data),
         Section("Warnings", [Lines(data.warnings or ["none"])]),
-        Section("The plan", [Lines(experiment["plan_text"].strip("\n").splitlines(), preformatted=True)]),
+        Section("The plan", [Lines(experiment.plan_text.strip("\n").splitlines(), preformatted=True)]),
     ]
     return Document(
-        f"layerbench experiment {experiment['id']}: {experiment['name']}",
+        f"layerbench experiment {experiment.id}: {experiment.name}",
         [
-            f"Status {experiment['status']}, started {experiment['started']}, seed {experiment['seed']}, "
+            f"Status {experiment.status}, started {experiment.started}, seed {experiment.seed}, "
             f"baseline {data.baseline}."
         ],
         sections,
@@ -359,7 +359,7 @@ def _fleet(data: ReportData) -> list[Section]:
     header, rows = data.fleet_table()
     return [
         Section(
-            f"The fleet {data.experiment['fleet']}",
+            f"The fleet {data.experiment.fleet}",
             [
                 Table(
                     header,
@@ -443,7 +443,7 @@ def _host_during(data: ReportData) -> Section:
 def _stacks(data: ReportData) -> Section:
     blocks: list[Any] = []
     for stack in data.stacks:
-        info = data.experiment["stacks"].get(stack, {})
+        info = data.experiment.stacks.get(stack, {})
         lines = [f"layers: {' → '.join(info.get('layers', ['?']))}"]
         if info.get("world"):
             lines.append(f"world: {info['world']}, chrooted into through the stack (jail/ro)")
@@ -453,7 +453,7 @@ def _stacks(data: ReportData) -> Section:
 
 
 def _test(data: ReportData) -> Section:
-    plan = data.experiment["plan"]
+    plan = data.experiment.plan
     lines = []
     for name, workload in plan["workloads"].items():
         settings = ", ".join(
@@ -462,7 +462,7 @@ def _test(data: ReportData) -> Section:
         lines.append(f"{name}: {workload['kind']} ({settings})")
     lines.append(
         f"{plan['reps']} measured runs per stack and workload after {plan['warmup']} warm-up, "
-        f"{plan['order']} order, seed {data.experiment['seed']}; caches dropped before each run "
+        f"{plan['order']} order, seed {data.experiment.seed}; caches dropped before each run "
         '(a build with caches = "warm" starts warm: written back, not dropped).'
     )
     return Section("Test", [Lines(lines)])

@@ -18,7 +18,7 @@ def render(report: Report) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["experiment", *run_columns()])
     for run in data.runs:
-        writer.writerow([data.experiment["id"], *(run[key] for key in run_columns())])
+        writer.writerow([data.experiment.id, *(run[key] for key in run_columns())])
     return buffer.getvalue()
 
 
@@ -30,7 +30,7 @@ def render_samples(data: ReportData) -> str:
         for sample in data.samples.get(run["id"], []):
             writer.writerow(
                 [
-                    data.experiment["id"],
+                    data.experiment.id,
                     *(int(run[k]) if k == "warmup" else run[k] for k in SAMPLE_KEYS),
                     *(sample[k] for k in SAMPLE_COLUMNS),
                 ]

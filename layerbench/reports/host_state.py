@@ -9,6 +9,7 @@ import numpy as np
 from layerbench.analysis import drift
 from layerbench.core.sizes import format_size
 from layerbench.observe import sentinel, settle
+from layerbench.store import ExperimentRecord
 
 
 def settle_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
@@ -73,7 +74,7 @@ def _seconds_between(started: str | None, finished: str | None) -> float | None:
     return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
 
 
-def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) -> str | None:
+def sentinel_line(experiment: ExperimentRecord, samples: list[sentinel.Sample]) -> str | None:
     """The sentinel's medians and what it cost."""
     if not samples:
         return None
@@ -84,7 +85,7 @@ def sentinel_line(experiment: dict[str, Any], samples: list[sentinel.Sample]) ->
         if any(name in s.parts for s in samples)
     )
     line = f"drift sentinel: {len(samples)} probes (median {medians}); cost {cost:.1f} s"
-    total = _seconds_between(experiment.get("started"), experiment.get("finished"))
+    total = _seconds_between(experiment.started, experiment.finished)
     return line + (f", {100 * cost / total:.1f} % of the experiment" if total else "")
 
 
@@ -97,10 +98,10 @@ _PHASES = {
 }
 
 
-def time_share_line(experiment: dict[str, Any], runs: list[dict[str, Any]]) -> str | None:
+def time_share_line(experiment: ExperimentRecord, runs: list[dict[str, Any]]) -> str | None:
     """How much of the experiment's time its timed runs took, and where the rest of a
     trial's time went (its phase_*_s facts): the rest buys no repetition."""
-    total = _seconds_between(experiment.get("started"), experiment.get("finished"))
+    total = _seconds_between(experiment.started, experiment.finished)
     timed = [r for r in runs if r["status"] == "ok"]
     if not total or not timed:
         return None

@@ -54,24 +54,13 @@ def experiment_json(data: ReportData) -> str:
     groups = data.measured
     document = {
         "schema_version": SCHEMA_VERSION,
-        "experiment": {
-            key: experiment[key]
-            for key in (
-                "id",
-                "name",
-                "status",
-                "seed",
-                "baseline",
-                "started",
-                "finished",
-                "plan_source",
-                "plan_text",
-                "version",
-            )
-        }
-        | {"plan": experiment["plan"], "facts": _facts(experiment.get("facts", {}))},
-        "host": experiment["host"],
-        "stacks": experiment["stacks"],
+        "experiment": experiment.header(
+            "id", "name", "status", "seed", "baseline", "started", "finished",
+            "plan_source", "plan_text", "version",
+        )
+        | {"plan": experiment.plan, "facts": _facts(experiment.facts)},
+        "host": experiment.host,
+        "stacks": experiment.stacks,
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
         "runs": [
             {key: run[key] for key in run_columns()}
@@ -87,7 +76,7 @@ def experiment_json(data: ReportData) -> str:
         "sweeps": [
             {
                 "group": group,
-                "paths": experiment["plan"]["sweeps"][stacks[0]]["paths"],
+                "paths": experiment.plan["sweeps"][stacks[0]]["paths"],
                 "points": [{"stack": stack, "values": data.sweep_values(stack)} for stack in stacks],
             }
             for group, stacks in data.sweeps.items()

@@ -205,18 +205,18 @@ def experiment(browser: Browser, experiment_id: int, query: QueryParams) -> View
     earlier = [
         r["id"]
         for r in browser.history()
-        if r["name"] == record["name"] and r["id"] < experiment_id and r["status"] == "done"
+        if r["name"] == record.name and r["id"] < experiment_id and r["status"] == "done"
     ]
     context = {
-        "experiment": browser.experiment_record(experiment_id) | record,
+        "experiment": browser.experiment_record(experiment_id) | vars(record),
         "document": browser.document(experiment_id),
         "figure_src": lambda name: f"/experiments/{experiment_id}/figures/{quote(name, safe='')}.svg",
         "cost_title": contents.COST_TITLE,
-        "live": f"/experiments/{experiment_id}/state.json" if record["status"] == "running" else None,
+        "live": f"/experiments/{experiment_id}/state.json" if record.status == "running" else None,
         "previous": earlier[-1] if earlier else None,
-        "plan_link": "/trends?" + urlencode({"plan": record["name"]}),
+        "plan_link": "/trends?" + urlencode({"plan": record.name}),
     }
-    title = f"experiment {experiment_id}: {record['name']}"
+    title = f"experiment {experiment_id}: {record.name}"
     return View("experiment.html", title, [_ratio_table(data, experiment_id)], context)
 
 
@@ -295,7 +295,7 @@ def fleet(browser: Browser, fleet_id: str, query: QueryParams) -> View:
             (stack, workload)
             for workload in first.workloads
             for stack in first.stacks
-            if stack != first.experiment.get("baseline")
+            if stack != first.experiment.baseline
         ]
     )
     for stack, workload in cells_of:

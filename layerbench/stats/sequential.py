@@ -25,7 +25,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from layerbench import stats
 
@@ -238,14 +238,25 @@ def notes(facts: dict[str, Any]) -> list[str]:
     ]
 
 
-def elapsed_rows(experiment: dict[str, Any], runs: list[dict[str, Any]]) -> list[stats.Summary]:
+class StoredExperiment(Protocol):
+    """What these functions read of a stored experiment (the store's ExperimentRecord)."""
+
+    @property
+    def plan(self) -> dict[str, Any]: ...
+    @property
+    def baseline(self) -> str: ...
+    @property
+    def facts(self) -> dict[str, Any]: ...
+
+
+def elapsed_rows(experiment: StoredExperiment, runs: list[dict[str, Any]]) -> list[stats.Summary]:
     """A stored experiment's elapsed-time rows, as its report states them (summaries, under
     the design of its plan)."""
-    plan = experiment["plan"]
+    plan = experiment.plan
     return summaries(
         runs,
-        experiment.get("facts", {}),
-        experiment["baseline"],
+        experiment.facts,
+        experiment.baseline,
         list(plan["stacks"]),
         list(plan["workloads"]),
         stats.Design.of_plan(plan),
@@ -258,9 +269,9 @@ def stored_rows(fact: list[dict[str, Any]]) -> list[stats.Summary]:
 
 
 def experiment_rows(
-    experiment: dict[str, Any], runs: Callable[[], list[dict[str, Any]]]
+    experiment: StoredExperiment, runs: Callable[[], list[dict[str, Any]]]
 ) -> list[stats.Summary]:
     """The rows the experiment stored when it ended, or, stored before they were (or not
     ended), computed from its runs."""
-    fact = experiment.get("facts", {}).get(ROWS_FACT)
+    fact = experiment.facts.get(ROWS_FACT)
     return stored_rows(fact) if fact is not None else elapsed_rows(experiment, runs())

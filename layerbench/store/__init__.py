@@ -41,6 +41,7 @@ from layerbench.core import metrics
 from layerbench.core.errors import UserError
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
+from layerbench.store.records import ExperimentRecord
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SAMPLE_COLUMNS",
     "SCHEMA_VERSION",
+    "ExperimentRecord",
     "Location",
     "NoResults",
     "Store",
@@ -566,7 +568,7 @@ class Store:
         with self._connection(transaction=False) as connection:
             return connection.execute(select(func.max(experiments_table.c.id))).scalar()
 
-    def experiment(self, experiment_id: int) -> dict[str, Any]:
+    def experiment(self, experiment_id: int) -> ExperimentRecord:
         rows = self._read(select(experiments_table).where(experiments_table.c.id == experiment_id))
         if not rows:
             raise UserError(f"{self.location}: no experiment {experiment_id}")
@@ -579,7 +581,7 @@ class Store:
             )
         )
         record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
-        return record
+        return ExperimentRecord(**record)
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
         rows = self._read(

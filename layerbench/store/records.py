@@ -1,6 +1,7 @@
 """What a trial hands the store: one typed TrialResult per trial (its run's counters, the
 work it did, its facts) and the StackRecord of the stack it ran on. Executors make them;
-the store writes them."""
+the store writes them. And what the store hands back of an experiment: its
+ExperimentRecord."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,3 +83,34 @@ class TrialResult:
         if self.trial.rerun:
             facts["rerun"] = self.trial.rerun
         return facts
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """A stored experiment as every reader sees it: the experiments table's columns with their
+    JSON decoded, and the experiment's facts (key -> value)."""
+
+    id: int
+    name: str
+    status: str
+    plan_source: str
+    plan_text: str
+    plan: dict[str, Any]  # the plan as it ran, expanded (the models' dump)
+    seed: int
+    baseline: str
+    started: str
+    finished: str | None
+    host: dict[str, Any]  # observe.host.describe()
+    stacks: dict[str, dict[str, Any]]  # stack name -> StackRecord.as_dict()
+    warnings: list[str]
+    version: str
+    pid: int | None = None
+    fleet: str | None = None
+    host_name: str | None = None
+    owner: str | None = None
+    status_reason: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def header(self, *keys: str) -> dict[str, Any]:
+        """Some of its fields by name, for an export's header."""
+        return {key: getattr(self, key) for key in keys}

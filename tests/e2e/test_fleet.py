@@ -113,7 +113,7 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     experiments = _by_host(store)
     assert set(experiments) == set(NAMES) and {e["status"] for e in experiments.values()} == {"done"}
     assert len({e["fleet"] for e in experiments.values()}) == 1
-    seeds = {store.experiment(e["id"])["seed"] for e in experiments.values()}
+    seeds = {store.experiment(e["id"]).seed for e in experiments.values()}
     assert len(seeds) == 1  # the same plan and seed on every host
     for name, record in experiments.items():
         runs = store.runs(record["id"])
@@ -121,7 +121,7 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
         assert {r["facts"]["fleet_host"] for r in runs} == {name}  # measured where scheduled
         spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
-        assert store.experiment(record["id"])["host"]["fleet_host"] == name
+        assert store.experiment(record["id"]).host["fleet_host"] == name
     _nothing_left(fleet["root"])
     # The reports and compare read PostgreSQL as they read a file, every format.
     first, second = experiments["a"]["id"], experiments["b"]["id"]
@@ -178,7 +178,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     noticed = time.monotonic() - killed
     print(f"host b: interrupted (host lost) {noticed:.1f} s after its node was {how}")
     record = store.experiment(_by_host(store)["b"]["id"])
-    assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
+    assert (record.status, record.status_reason) == ("interrupted", "host lost")
     assert noticed <= 30, noticed
     _, errors = running.communicate(timeout=600)
     if how == "cut off":  # it comes back, learns it was declared dead, and takes its agent down
@@ -211,7 +211,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     assert resumed.returncode == 0, resumed.stderr
     runs = store.runs(experiments["b"]["id"])
     assert sorted(r["trial"] for r in runs) == list(range(12))
-    assert store.experiment(experiments["b"]["id"])["status"] == "done"
+    assert store.experiment(experiments["b"]["id"]).status == "done"
     _nothing_left(fleet["root"])
 
 

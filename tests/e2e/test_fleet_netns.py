@@ -205,7 +205,7 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     noticed = time.monotonic() - cut
     print(f"host {lost_name}: interrupted {noticed:.1f} s after its link went down")
     record = store.experiment(_by_host(store)[lost_name]["id"])
-    assert (record["status"], record["status_reason"]) == ("interrupted", "host lost")
+    assert (record.status, record.status_reason) == ("interrupted", "host lost")
     assert noticed <= 30, noticed
     _, errors = running.communicate(timeout=600)
     assert running.returncode == 1, errors  # one host did not finish
@@ -240,5 +240,5 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     assert resumed.returncode == 0, resumed.stderr
     runs = store.runs(experiments[lost_name]["id"])
     assert sorted(r["trial"] for r in runs) == list(range(TRIALS))
-    assert store.experiment(experiments[lost_name]["id"])["status"] == "done"
+    assert store.experiment(experiments[lost_name]["id"]).status == "done"
     _nothing_left(fleet.root)
