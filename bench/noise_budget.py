@@ -28,6 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.core.facts import registered as registered_facts  # noqa: E402
+from layerbench.executors import local as _declares_the_harness_facts  # noqa: E402, F401
 from layerbench.store import Store, locate  # noqa: E402
 
 
@@ -36,6 +38,7 @@ class Factor:
     name: str
     when: str  # "before" the timed run, or "during" it
     read: Callable[[dict[str, Any]], float | None]
+    fact: str | None = None  # the run fact it reads (declared in layerbench.core.facts)
 
 
 def _fact(key: str) -> Callable[[dict[str, Any]], float | None]:
@@ -44,6 +47,11 @@ def _fact(key: str) -> Callable[[dict[str, Any]], float | None]:
         return float(value) if isinstance(value, int | float) else None
 
     return read
+
+
+def _of_fact(name: str, key: str) -> Factor:
+    """A factor that is a run fact: before or during the run as the facts registry declares it."""
+    return Factor(name, registered_facts()[key].when, _fact(key), key)
 
 
 def _column(key: str) -> Callable[[dict[str, Any]], float | None]:
@@ -55,20 +63,20 @@ def _column(key: str) -> Callable[[dict[str, Any]], float | None]:
 
 
 FACTORS = (
-    Factor("memory handed back to the hypervisor since the last run (KiB)", "before",
-           _fact("memory_reported_kib_before_run")),
-    Factor("free memory (KiB)", "before", _fact("mem_free_kib_before_run")),
-    Factor("memory held warm for the run (bytes)", "before", _fact("warm_memory_bytes")),
-    Factor("settle: seconds waited for quiet devices", "before", _fact("settle_waited_s")),
-    Factor("settle: bytes written back while waiting", "before", _fact("settle_written_bytes")),
-    Factor("settle: bytes discarded while waiting", "before", _fact("settle_discarded_bytes")),
-    Factor("settle: kernel threads' CPU while waiting (s)", "before", _fact("settle_kthread_cpu_s")),
-    Factor("runnable tasks at the start", "before", _fact("runnable_at_start")),
-    Factor("load average (1 min)", "before", _fact("load_1m")),
+    _of_fact("memory handed back to the hypervisor since the last run (KiB)",
+             "memory_reported_kib_before_run"),
+    _of_fact("free memory (KiB)", "mem_free_kib_before_run"),
+    _of_fact("memory held warm for the run (bytes)", "warm_memory_bytes"),
+    _of_fact("settle: seconds waited for quiet devices", "settle_waited_s"),
+    _of_fact("settle: bytes written back while waiting", "settle_written_bytes"),
+    _of_fact("settle: bytes discarded while waiting", "settle_discarded_bytes"),
+    _of_fact("settle: kernel threads' CPU while waiting (s)", "settle_kthread_cpu_s"),
+    _of_fact("runnable tasks at the start", "runnable_at_start"),
+    _of_fact("load average (1 min)", "load_1m"),
     Factor("the trial's place in the experiment", "before", _column("trial")),
     Factor("the previous trial's teardown (s)", "before", lambda run: run.get("_previous_teardown_s")),
-    Factor("memory handed back during the run (KiB)", "during", _fact("memory_reported_kib_during_run")),
-    Factor("other processes' CPU (s)", "during", _fact("others_cpu_s")),
+    _of_fact("memory handed back during the run (KiB)", "memory_reported_kib_during_run"),
+    _of_fact("other processes' CPU (s)", "others_cpu_s"),
     Factor("kernel threads' CPU (s)", "during", _column("kthread_cpu_s")),
     Factor("I/O stall of the run, PSI some (s)", "during", _column("psi_io_some_s")),
     Factor("CPU wait of the run, PSI some (s)", "during", _column("psi_cpu_some_s")),

@@ -13,6 +13,7 @@ from typing import Any
 from layerbench.content import worlds
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
+from layerbench.core.facts import Fact, declare
 from layerbench.executors import procedure
 from layerbench.executors.base import Executor, Setting
 from layerbench.guest.protocol import GuestRequest
@@ -34,6 +35,30 @@ from layerbench.stacks.base import LAYER_KINDS, BuildContext, BuiltStack, build_
 from layerbench.store import now
 from layerbench.store.records import StackRecord, TrialResult
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions
+
+FACTS = declare(
+    Fact("phase_build_s", "before", "seconds building the stack"),
+    Fact("phase_prepare_s", "before", "seconds preparing the workload (untimed)"),
+    Fact("phase_warm_memory_s", "before", "seconds holding the run's memory warm"),
+    Fact(
+        "phase_around_run_s",
+        "after",
+        "seconds around the timed run: dropping caches, settling, reading the counters",
+    ),
+    Fact("phase_teardown_s", "after", "seconds tearing the trial down"),
+    Fact("mem_free_kib_before_run", "before", "free memory (KiB) right before the run"),
+    Fact(
+        "memory_reported_kib_before_run",
+        "before",
+        "free memory (KiB) handed back to the hypervisor since the last run ended (free page "
+        "reporting)",
+    ),
+    Fact(
+        "memory_reported_kib_during_run",
+        "during",
+        "free memory (KiB) handed back to the hypervisor during the run",
+    ),
+)
 
 
 class _Phases:

@@ -4,8 +4,15 @@ layerbench and the same Ray (a fleet is a trusted network, see docs/fleet.md).""
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from layerbench.core.facts import Fact, declare
 from layerbench.plan import Plan, parse_plan
 from layerbench.plan.schedule import Trial
+
+FACTS = declare(
+    Fact("fleet_host", "before", "the fleet host whose agent ran the trial"),
+    Fact("host_started", "before", "when the host's agent took the trial (epoch seconds)"),
+    Fact("host_finished", "after", "when the host's agent finished it (epoch seconds)"),
+)
 
 Operation = Literal["check", "describe", "sentinel", "run"]
 

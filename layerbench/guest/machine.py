@@ -16,11 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.guest import kernel
 from layerbench.guest.protocol import GuestAnswer, GuestRequest
 from layerbench.linux import procfs, system
 from layerbench.observe.run_result import RunResult
 from layerbench.scratch import Scratch
+
+FACTS = declare(
+    Fact(
+        "guest",
+        "after",
+        "the vm layer's guest: accelerator, CPUs, memory, kernel, boot time, its mounts and "
+        "devices, where each counter came from",
+    ),
+)
 
 QEMU = "qemu-system-x86_64"
 _PR_SET_PDEATHSIG = 1

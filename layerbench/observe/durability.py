@@ -13,7 +13,16 @@ device and is not checked."""
 
 from typing import Any
 
+from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import format_size
+
+FACTS = declare(
+    Fact(
+        "durability",
+        "after",
+        "whether the bytes the workload claims durable reached the stack's bottom device",
+    ),
+)
 
 SHARE = 0.9
 

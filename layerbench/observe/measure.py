@@ -15,8 +15,24 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import cgroups, procfs
 from layerbench.observe import kernelstats, noise, sampling
+
+FACTS = declare(
+    Fact("cpus", "before", "the CPUs the timed run was pinned to"),
+    Fact(
+        "helper_cpu_source",
+        "before",
+        "where the helpers' CPU time was read (their cgroup or their processes)",
+    ),
+    Fact(
+        "kernel",
+        "during",
+        "the kernel's figures over the run: PSI scope, host busy/iowait/steal, vmstat, threads' "
+        "CPU, devices top first",
+    ),
+)
 
 
 def drop_caches() -> None:

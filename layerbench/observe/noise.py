@@ -16,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from layerbench import stats
+from layerbench.core.facts import Fact, declare
+
+FACTS = declare(
+    Fact("load_1m", "before", "the one-minute load average as the run started"),
+    Fact("runnable_at_start", "before", "runnable threads as the run started"),
+    Fact("others_cpu_s", "during", "CPU seconds other work took while the run was timed"),
+    Fact("others_cpu_share", "during", "that CPU as a share of all CPUs over the run"),
+    Fact("disturbed", "during", "other work took more than a quarter of the CPUs during the run"),
+)
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DISTURBED_SHARE = 0.25  # of all CPUs, averaged over the run

@@ -14,8 +14,36 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import mounts
 from layerbench.observe import kernelstats
+
+FACTS = declare(
+    Fact(
+        "settle_waited_s",
+        "before",
+        "seconds from the sync to the end of the quiet window (0 when settling is off)",
+    ),
+    Fact("settle_busy_s", "before", "of the wait, the seconds the devices were still working"),
+    Fact(
+        "settle_in_flight",
+        "before",
+        "requests in flight on the devices when the wait began, after the sync",
+    ),
+    Fact("settle_written_bytes", "before", "bytes written to the devices while waiting"),
+    Fact("settle_discarded_bytes", "before", "bytes discarded on the devices while waiting"),
+    Fact("settle_timed_out", "before", "the devices never went quiet within the settle timeout"),
+    Fact(
+        "settle_cut_short",
+        "before",
+        "the wait was cut short: the devices stayed busy through the last trials' waits",
+    ),
+    Fact(
+        "settle_kthread_cpu_s",
+        "before",
+        "kernel threads' CPU seconds from the sync to the end of the wait",
+    ),
+)
 
 _SECTOR = 512
 POLL_S = 0.02

@@ -24,9 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import namespace, system
 from layerbench.observe import measure
 from layerbench.scratch import Scratch
+
+FACTS = declare(
+    Fact(
+        "trace_block",
+        "during",
+        "per device, the block requests' latency histogram ([low µs, high µs, count])",
+    ),
+    Fact("trace_block_missing", "during", "why a block trace that was asked for is missing"),
+)
 
 PROGRAM_ENV = "LAYERBENCH_BPFTRACE"  # the bpftrace to run (tests point it at a missing one)
 TRACEFS = Path("/sys/kernel/tracing")

@@ -24,8 +24,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import procfs
 from layerbench.observe import kernelstats
+
+FACTS = declare(
+    Fact(
+        "warm_memory_bytes",
+        "before",
+        "memory held written from the trial's start until right before the run",
+    ),
+)
 
 # Slack over the run's own data: directories, inodes, the child's own pages.
 _SLACK = 1.1

@@ -16,9 +16,20 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import SizeText, format_size, parse_size
 from layerbench.linux import cgroups
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
+
+FACTS = declare(
+    Fact("limits_cpus", "before", "how many CPUs the limits layer gave the run"),
+    Fact("limits_memory_bytes", "before", "the limits layer's memory limit"),
+    Fact(
+        "limits_memory_peak_bytes",
+        "during",
+        "the run's memory peak in the limits layer's group (its page cache included)",
+    ),
+)
 
 _SMALLEST_MEMORY = 64 * 2**20  # below this the workload's own tools do not start
 

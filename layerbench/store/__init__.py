@@ -39,6 +39,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from layerbench.core import metrics
 from layerbench.core.errors import UserError
+from layerbench.core.facts import check as check_facts
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
 from layerbench.store.records import ExperimentRecord
@@ -436,12 +437,10 @@ class Store:
 
     def add_run(self, experiment_id: int, result: "TrialResult") -> None:
         """One trial's run with its devices, facts and samples, committed at once."""
+        stored_facts = result.all_facts()
+        check_facts(stored_facts)
         self.add_run_row(
-            experiment_id,
-            result.row(),
-            result.counters.devices,
-            result.all_facts(),
-            result.counters.samples,
+            experiment_id, result.row(), result.counters.devices, stored_facts, result.counters.samples
         )
 
     def add_run_row(

@@ -6,8 +6,14 @@ ExperimentRecord."""
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerbench.core.facts import Fact, declare
 from layerbench.observe.measure import RunCounters
 from layerbench.plan.schedule import Trial
+
+FACTS = declare(
+    Fact("sampler", "during", "the time-series sampler's own cost over the run"),
+    Fact("rerun", "before", "this trial reran a disturbed one (which, and why)"),
+)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from layerbench.content import sources
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("sources", "before", "the source tarballs the build used"),
+    Fact("script", "before", "the build script that ran"),
+)
 
 
 class Project(BaseModel):

@@ -12,10 +12,16 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.scratch.resources import unmount_all_under
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("churn", "during", "the churn's cycles, failures, mounts left and kernel messages"),
+    Fact("churned_layer", "before", "the layer the churn mounted and unmounted"),
+)
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 

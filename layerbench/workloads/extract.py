@@ -9,9 +9,15 @@ from functools import cached_property
 from pydantic import field_validator
 
 from layerbench.content.archives import TAR_FLAG, Archive, archive_estimate, check_spec, packed_size, resolve
+from layerbench.core.facts import Fact, declare
 from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("files", "before", "the archive's entries"),
+    Fact("staged_on", "before", "the mount the archive was staged on before the run"),
+)
 
 _STAGE_SLACK = 64 * 2**20  # the staging tmpfs is the archive's size plus this
 

@@ -27,10 +27,17 @@ from typing import Any, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import parse_size
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import LatencyCdf, Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("fio_jobs", "during", "each fio job's own figures"),
+    Fact("fio_clat_bins", "during", "per direction, fio's completion-latency bins (the latency CDF)"),
+    Fact("fio_buffered", "during", "why a job asked for direct I/O ran buffered"),
+)
 
 REFUSED_KEYS = ("directory", "filename", "filename_format", "opendir")  # the stack decides where
 PERCENTILES = {"p50": "50.000000", "p90": "90.000000", "p99": "99.000000", "p999": "99.900000"}

@@ -19,9 +19,17 @@ from pydantic import Field, field_validator
 
 from layerbench.content.archives import archive_estimate, builtin_archive, check_spec, resolve, unpack
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("entries", "during", "entries the read visited"),
+    Fact("read_bytes_total", "during", "bytes the read read"),
+    Fact("read_errors", "during", "entries it could not read"),
+    Fact("mode", "before", "how the tree was read"),
+)
 
 _CHILD = Path(__file__).with_name("_read_tree_child.py")
 

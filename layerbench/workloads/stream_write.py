@@ -9,10 +9,16 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from layerbench.core.errors import SetupError
+from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
+
+FACTS = declare(
+    Fact("fill_bytes", "before", "bytes of fill written before the run (the fs made non-empty)"),
+    Fact("fill_with", "before", "how the fill was made: written, or allocated"),
+)
 
 
 class StreamWriteOptions(WorkloadOptions):
