@@ -125,9 +125,9 @@ def bootstrap(values: list[float], rng: random.Random, draws: int = 10000) -> tu
 def verify(db: Path, expected: dict[int, int]) -> None:
     """Each experiment of the file (in order) done, with its trials, all ok."""
     store = Store(db)
-    for record, trials in zip(sorted(store.history(), key=lambda e: e["id"]), expected.values(), strict=True):
-        runs = store.runs(record["id"])
-        assert record["status"] == "done" and len(runs) == trials, (db, record)
+    for record, trials in zip(sorted(store.history(), key=lambda e: e.id), expected.values(), strict=True):
+        runs = store.runs(record.id)
+        assert record.status == "done" and len(runs) == trials, (db, record)
         assert all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
 
 

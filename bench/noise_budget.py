@@ -161,8 +161,8 @@ def main() -> int:
         if not history:
             print(f"noise_budget: no experiment in {args.db}", file=sys.stderr)
             return 2
-        ident = args.experiment if args.experiment is not None else max(r["id"] for r in history)
-        if ident not in {r["id"] for r in history}:
+        ident = args.experiment if args.experiment is not None else max(r.id for r in history)
+        if ident not in {r.id for r in history}:
             print(f"noise_budget: no experiment {ident} in {args.db}", file=sys.stderr)
             return 2
         runs = sorted(store.runs(ident), key=lambda run: run["trial"])

@@ -108,7 +108,7 @@ def test_postgresql_takes_the_runs_of_several_writers_at_once(postgres_cluster) 
     store = Store(url)
     assert sorted(store.run_count(i) for i in ids) == [40] * 4
     assert sorted(r["trial"] for r in store.runs(ids[0])) == list(range(40))
-    assert {e["host"] for e in store.history()} == {f"host{n}" for n in range(4)}
+    assert {e.host for e in store.history()} == {f"host{n}" for n in range(4)}
 
 
 def test_bad_database_urls_get_one_line_and_exit_2_without_the_password(postgres_cluster) -> None:

@@ -103,7 +103,7 @@ def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> 
     store.reopen_experiment(ident)
     assert store.experiment(ident).status_reason is None
     (entry,) = store.history()
-    assert entry["runs"] == 1 and entry["stacks"] == []
+    assert entry.runs == 1 and entry.stacks == []
 
 
 def test_missing_experiment_and_corrupt_file(tmp_path: Path, store_location: str) -> None:

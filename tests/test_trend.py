@@ -163,7 +163,7 @@ def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_i
 
     store = Store(tmp_path / "r.db")
     _stored_plan(store, 6)
-    ids = [r["id"] for r in store.history(name="stored")]
+    ids = [r.id for r in store.history(name="stored")]
     stored = store.fact_of_each(sequential.ROWS_FACT, ids)
     assert sorted(stored) == ids  # every finished experiment (of 40 runs) stored its rows
     for ident in ids:  # the same rows its report computes from its runs

@@ -11,6 +11,7 @@
   says so first, with the figures, because the absolute times are then not comparable.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from layerbench import stats
 from layerbench.analysis import drift
 from layerbench.core.errors import UserError
 from layerbench.observe import sentinel
-from layerbench.store import ExperimentRecord, Location, Store
+from layerbench.store import ExperimentRecord, ExperimentSummary, Location, Store
 
 METRIC = "wall_s"
 SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
@@ -254,16 +255,16 @@ def drift_between(a: Side, b: Side, absolute: list[stats.Summary], design: stats
     return Drift(baseline_moves, moves, bool(moves))
 
 
-def trends(db: "Path | Location", records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def trends(db: "Path | Location", records: list[ExperimentSummary]) -> list[ExperimentSummary]:
     """`history`: each experiment against the previous finished one of the same plan name,
     as compare would put it: did the host move, and how many relative costs repeat."""
     previous: dict[str, int] = {}
     found = []
     for record in records:
-        earlier = previous.get(record["name"])
+        earlier = previous.get(record.name)
         trend: dict[str, Any] | None = None
-        if earlier is not None and record["status"] == "done":
-            comparison = compare(load_side(db, earlier), load_side(db, record["id"]))
+        if earlier is not None and record.status == "done":
+            comparison = compare(load_side(db, earlier), load_side(db, record.id))
             agree, compared = comparison.agreeing()
             trend = {
                 "previous": earlier,
@@ -273,9 +274,9 @@ def trends(db: "Path | Location", records: list[dict[str, Any]]) -> list[dict[st
                 "relative_agree": agree,
                 "relative_compared": compared,
             }
-        if record["status"] == "done":
-            previous[record["name"]] = record["id"]
-        found.append(record | {"against_previous": trend})
+        if record.status == "done":
+            previous[record.name] = record.id
+        found.append(dataclasses.replace(record, against_previous=trend))
     return found
 
 

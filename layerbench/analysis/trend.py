@@ -196,17 +196,17 @@ def gather(store: Store, plan: str) -> list[Series]:
     """Every series of the plan's finished experiments, by host, stack and workload: from the
     rows each stored when it ended, or, for an experiment stored before they were, from its
     runs (the same rows)."""
-    records = [r for r in store.history(name=plan) if r["status"] == FINISHED]
+    records = [r for r in store.history(name=plan) if r.status == FINISHED]
     if not records:
         raise UserError(f"{store.location}: no finished experiment of a plan named {plan!r}")
-    stored = store.fact_of_each(sequential.ROWS_FACT, [r["id"] for r in records])
+    stored = store.fact_of_each(sequential.ROWS_FACT, [r.id for r in records])
     found: dict[tuple[str, str, str], Series] = {}
     for record in records:
-        if record["id"] in stored:
-            rows = sequential.stored_rows(stored[record["id"]])
+        if record.id in stored:
+            rows = sequential.stored_rows(stored[record.id])
         else:
-            rows = sequential.elapsed_rows(store.experiment(record["id"]), store.runs(record["id"]))
-        host = str(record["host"])
+            rows = sequential.elapsed_rows(store.experiment(record.id), store.runs(record.id))
+        host = str(record.host)
         for row in rows:
             if row.metric != METRIC or row.decision == "baseline" or row.ratio is None:
                 continue
@@ -215,7 +215,7 @@ def gather(store: Store, plan: str) -> list[Series]:
             series = found.setdefault(
                 (host, row.stack, row.workload), Series(plan, host, row.stack, row.workload)
             )
-            series.points.append(Point(record["id"], str(record["started"]), float(row.ratio)))
+            series.points.append(Point(record.id, str(record.started), float(row.ratio)))
     return sorted(found.values(), key=lambda s: s.key)
 
 

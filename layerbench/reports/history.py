@@ -3,13 +3,14 @@
 from typing import Any
 
 from layerbench.reports.document import Cell, Document, Section, Table
+from layerbench.store import ExperimentSummary
 
 COLUMNS = ("id", "name", "fleet", "host", "kernel", "started", "status", "runs", "stacks", "workloads")
 TREND = "against previous"  # the same plan's previous finished experiment, as compare reads it
 
 
-def _trend(record: dict[str, Any]) -> str:
-    trend = record.get("against_previous")
+def _trend(record: ExperimentSummary) -> str:
+    trend = record.against_previous
     if not trend:
         return "-"
     agree = f"{trend['relative_agree']}/{trend['relative_compared']} relative costs agree"
@@ -22,20 +23,20 @@ def _trend(record: dict[str, Any]) -> str:
     return f"vs {trend['previous']}: host steady; {agree}"
 
 
-def _shown(record: dict[str, Any], column: str) -> Any:
-    if column == "status" and record.get("status_reason"):
-        return f"{record['status']} ({record['status_reason']})"  # interrupted (host lost)
-    return record.get(column)
+def _shown(record: ExperimentSummary, column: str) -> Any:
+    if column == "status" and record.status_reason:
+        return f"{record.status} ({record.status_reason})"  # interrupted (host lost)
+    return getattr(record, column)
 
 
-def _cells(record: dict[str, Any]) -> list[str]:
+def _cells(record: ExperimentSummary) -> list[str]:
     return [
         ", ".join(v) if isinstance(v, list) else str(v if v is not None else "-")
         for v in (_shown(record, c) for c in COLUMNS)
     ] + [_trend(record)]
 
 
-def document(records: list[dict[str, Any]]) -> Document:
+def document(records: list[ExperimentSummary]) -> Document:
     """Every experiment of a store, oldest first, each against its plan's previous one."""
     rows = [[Cell(text) for text in _cells(record)] for record in records]
     header = [*COLUMNS, TREND]

@@ -43,7 +43,13 @@ def render(report: Report) -> str:
         return json.dumps(finite(report.data.as_dict()), indent=2, allow_nan=False) + "\n"
     if report.kind == "history":
         return (
-            json.dumps({"schema_version": HISTORY_SCHEMA_VERSION, "experiments": report.data}, indent=2)
+            json.dumps(
+                {
+                    "schema_version": HISTORY_SCHEMA_VERSION,
+                    "experiments": [record.as_dict() for record in report.data],
+                },
+                indent=2,
+            )
             + "\n"
         )
     return experiment_json(report.data)

@@ -34,7 +34,7 @@ def comparison(browser: Browser, query: QueryParams) -> View:
     """B against A, relative costs first, as `layerbench compare A B` puts them."""
     found = checks.filters(query, ("a", "b"))
     records = browser.history()
-    context: dict[str, Any] = {"found": found, "choices": [(r["id"], r["name"]) for r in records]}
+    context: dict[str, Any] = {"found": found, "choices": [(r.id, r.name) for r in records]}
     relative = Table("relative", ["stack", "workload", "B / A relative cost", "verdict", "p adj."])
     absolute = Table("absolute", ["stack", "workload", "B / A elapsed time", "verdict", "p adj."])
     differences = Table("host differences", ["fact", "A", "B"])
@@ -42,7 +42,7 @@ def comparison(browser: Browser, query: QueryParams) -> View:
     if "a" not in found or "b" not in found:
         return View("compare.html", "compare", tables, context)
     a, b = checks.query_ident(found["a"], "a"), checks.query_ident(found["b"], "b")
-    key = ("compare", a, b, *(browser.experiment_record(i)["runs"] for i in (a, b)))
+    key = ("compare", a, b, *(browser.experiment_record(i).runs for i in (a, b)))
     result = browser.cached(key, lambda: compare(_side(browser, a), _side(browser, b)))
     for target, rows in ((relative, result.relative), (absolute, result.rows)):
         for row in rows:
@@ -61,7 +61,7 @@ def comparison(browser: Browser, query: QueryParams) -> View:
 
 
 def plan_trend(browser: Browser, plan: str) -> trends.Trend:
-    state = tuple((r["id"], r["status"], r["runs"]) for r in browser.store.history(name=plan))
+    state = tuple((r.id, r.status, r.runs) for r in browser.store.history(name=plan))
     return browser.cached(("trend", plan, state), lambda: trends.trend(browser.store, plan))
 
 

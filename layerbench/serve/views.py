@@ -21,7 +21,7 @@ from layerbench.reports import base as reports
 from layerbench.reports import contents
 from layerbench.reports.document import Document, Figure
 from layerbench.serve import checks, figures
-from layerbench.store import Store
+from layerbench.store import ExperimentSummary, Store
 
 T = TypeVar("T")
 SORTS = ("id", "name", "host", "kernel", "status", "started", "runs")
@@ -89,12 +89,12 @@ class Browser:
                 self._cache[key] = value
         return value
 
-    def history(self) -> list[dict[str, Any]]:
+    def history(self) -> list[ExperimentSummary]:
         """Every experiment's record (shared: read, never change it), read again only once
         the store has moved on: 2,000 experiments take about 140 ms to read and decode."""
         return self.cached(("history", self.store.state()), self.store.history)
 
-    def experiment_record(self, experiment_id: int) -> dict[str, Any]:
+    def experiment_record(self, experiment_id: int) -> ExperimentSummary:
         found = self.store.history(experiment_id=experiment_id)
         if not found:
             raise checks.NotFound(f"no experiment {experiment_id}")
@@ -126,12 +126,12 @@ class Browser:
         """What a view of an experiment was computed from: its runs and status (a running
         experiment's views are computed again as its runs are stored)."""
         record = self.experiment_record(experiment_id)
-        return (what, experiment_id, record["runs"], record["status"])
+        return (what, experiment_id, record.runs, record.status)
 
     def state(self, experiment_id: int) -> dict[str, Any]:
         """What a page following a running experiment asks for, every few seconds."""
         record = self.experiment_record(experiment_id)
-        return {"id": experiment_id, "status": record["status"], "runs": record["runs"]}
+        return {"id": experiment_id, "status": record.status, "runs": record.runs}
 
 
 def _in_range(started: str, since: date | None, until: date | None) -> bool:
@@ -145,39 +145,41 @@ def experiments(browser: Browser, query: QueryParams) -> View:
         query, ("plan", "host", "kernel", "fleet", "status", "since", "until", "sort", "order")
     )
     records = browser.history()
-    plan = checks.one_of(found, "plan", {str(r["name"]) for r in records})
-    host = checks.one_of(found, "host", {str(r["host"]) for r in records})
-    kernel = checks.one_of(found, "kernel", {str(r["kernel"]) for r in records})
-    fleet = checks.one_of(found, "fleet", {str(r["fleet"]) for r in records if r["fleet"]})
-    status = checks.one_of(found, "status", {str(r["status"]) for r in records})
+    plan = checks.one_of(found, "plan", {str(r.name) for r in records})
+    host = checks.one_of(found, "host", {str(r.host) for r in records})
+    kernel = checks.one_of(found, "kernel", {str(r.kernel) for r in records})
+    fleet = checks.one_of(found, "fleet", {str(r.fleet) for r in records if r.fleet})
+    status = checks.one_of(found, "status", {str(r.status) for r in records})
     since, until = checks.day(found, "since"), checks.day(found, "until")
     sort = checks.one_of(found, "sort", SORTS) or "id"
     order = checks.one_of(found, "order", ORDERS) or "desc"
     shown = [
         r
         for r in records
-        if plan in (None, r["name"])
-        and host in (None, str(r["host"]))
-        and kernel in (None, str(r["kernel"]))
-        and fleet in (None, r["fleet"])
-        and status in (None, r["status"])
-        and _in_range(str(r["started"]), since, until)
+        if plan in (None, r.name)
+        and host in (None, str(r.host))
+        and kernel in (None, str(r.kernel))
+        and fleet in (None, r.fleet)
+        and status in (None, r.status)
+        and _in_range(str(r.started), since, until)
     ]
-    shown.sort(
-        key=lambda r: (r[sort] is None, r[sort] if r[sort] is not None else 0), reverse=order == "desc"
-    )
+    def by_sort(record: ExperimentSummary) -> tuple[bool, Any]:
+        value = getattr(record, sort)
+        return (value is None, value if value is not None else 0)
+
+    shown.sort(key=by_sort, reverse=order == "desc")
     table = Table("experiments", list(EXPERIMENT_COLUMNS))
     for record in shown:
-        links = {0: f"/experiments/{record['id']}", 1: "/trends?" + urlencode({"plan": record["name"]})}
-        if record.get("fleet"):
-            links[2] = f"/fleets/{record['fleet']}"
-        table.add([record.get(c) for c in EXPERIMENT_COLUMNS], links)
+        links = {0: f"/experiments/{record.id}", 1: "/trends?" + urlencode({"plan": record.name})}
+        if record.fleet:
+            links[2] = f"/fleets/{record.fleet}"
+        table.add([getattr(record, c) for c in EXPERIMENT_COLUMNS], links)
     choices = {
-        "plan": sorted({str(r["name"]) for r in records}),
-        "host": sorted({str(r["host"]) for r in records}),
-        "kernel": sorted({str(r["kernel"]) for r in records}),
-        "fleet": sorted({str(r["fleet"]) for r in records if r["fleet"]}),
-        "status": sorted({str(r["status"]) for r in records}),
+        "plan": sorted({str(r.name) for r in records}),
+        "host": sorted({str(r.host) for r in records}),
+        "kernel": sorted({str(r.kernel) for r in records}),
+        "fleet": sorted({str(r.fleet) for r in records if r.fleet}),
+        "status": sorted({str(r.status) for r in records}),
         "sort": SORTS,
         "order": ORDERS,
     }
@@ -203,12 +205,12 @@ def experiment(browser: Browser, experiment_id: int, query: QueryParams) -> View
     data = browser.report(experiment_id)
     record = data.experiment
     earlier = [
-        r["id"]
+        r.id
         for r in browser.history()
-        if r["name"] == record.name and r["id"] < experiment_id and r["status"] == "done"
+        if r.name == record.name and r.id < experiment_id and r.status == "done"
     ]
     context = {
-        "experiment": browser.experiment_record(experiment_id) | vars(record),
+        "experiment": browser.experiment_record(experiment_id).as_dict() | vars(record),
         "document": browser.document(experiment_id),
         "figure_src": lambda name: f"/experiments/{experiment_id}/figures/{quote(name, safe='')}.svg",
         "cost_title": contents.COST_TITLE,

@@ -42,7 +42,7 @@ from layerbench.core.errors import UserError
 from layerbench.core.facts import check as check_facts
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
-from layerbench.store.records import ExperimentRecord
+from layerbench.store.records import ExperimentRecord, ExperimentSummary
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
@@ -57,6 +57,7 @@ __all__ = [
     "SAMPLE_COLUMNS",
     "SCHEMA_VERSION",
     "ExperimentRecord",
+    "ExperimentSummary",
     "Location",
     "NoResults",
     "Store",
@@ -645,7 +646,9 @@ class Store:
                 found[int(row["experiment_id"])] = json.loads(row["value_json"])
         return found
 
-    def history(self, *, name: str | None = None, experiment_id: int | None = None) -> list[dict[str, Any]]:
+    def history(
+        self, *, name: str | None = None, experiment_id: int | None = None
+    ) -> list[ExperimentSummary]:
         """Every experiment with its host and what it ran, oldest first; only a plan's (by its
         name) or only one, when asked."""
         e = experiments_table
@@ -677,7 +680,7 @@ class Store:
             record["kernel"] = host.get("kernel")
             record["stacks"] = list(plan.get("stacks", {}))
             record["workloads"] = list(plan.get("workloads", {}))
-            result.append(record)
+            result.append(ExperimentSummary(**record))
         return result
 
     def plan_names(self, status: str) -> list[str]:

@@ -120,3 +120,28 @@ class ExperimentRecord:
     def header(self, *keys: str) -> dict[str, Any]:
         """Some of its fields by name, for an export's header."""
         return {key: getattr(self, key) for key in keys}
+
+
+@dataclass(frozen=True)
+class ExperimentSummary:
+    """An experiment as the history lists it: who, when, what it ran, how many runs it stored."""
+
+    id: int
+    name: str
+    status: str
+    status_reason: str | None
+    started: str
+    finished: str | None
+    baseline: str
+    fleet: str | None
+    host_name: str | None  # the fleet's name of the host, else None
+    runs: int
+    host: str | None  # the fleet's name of the host, else its hostname
+    kernel: str | None
+    stacks: list[str]
+    workloads: list[str]
+    # history: this experiment against the previous finished one of its plan (compare.trends)
+    against_previous: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))

@@ -99,7 +99,7 @@ def _nothing_left(root: Path) -> None:
 
 
 def _by_host(store: Store) -> dict[str, dict[str, Any]]:
-    return {e["host"]: e for e in store.history()}
+    return {e.host: e for e in store.history()}
 
 
 def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: dict, tmp_path: Path) -> None:
@@ -111,27 +111,27 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     assert all(f"host {name}: experiment" in done.stderr for name in NAMES), done.stderr
     store = Store(fleet["db"])
     experiments = _by_host(store)
-    assert set(experiments) == set(NAMES) and {e["status"] for e in experiments.values()} == {"done"}
-    assert len({e["fleet"] for e in experiments.values()}) == 1
-    seeds = {store.experiment(e["id"]).seed for e in experiments.values()}
+    assert set(experiments) == set(NAMES) and {e.status for e in experiments.values()} == {"done"}
+    assert len({e.fleet for e in experiments.values()}) == 1
+    seeds = {store.experiment(e.id).seed for e in experiments.values()}
     assert len(seeds) == 1  # the same plan and seed on every host
     for name, record in experiments.items():
-        runs = store.runs(record["id"])
+        runs = store.runs(record.id)
         assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
         assert {r["facts"]["fleet_host"] for r in runs} == {name}  # measured where scheduled
         spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
-        assert store.experiment(record["id"]).host["fleet_host"] == name
+        assert store.experiment(record.id).host["fleet_host"] == name
     _nothing_left(fleet["root"])
     # The reports and compare read PostgreSQL as they read a file, every format.
-    first, second = experiments["a"]["id"], experiments["b"]["id"]
+    first, second = experiments["a"].id, experiments["b"].id
     for form in ("text", "markdown", "mail", "json", "csv", "html"):
         shown = cli("report", str(second), "--db", fleet["db"], "--format", form)
         assert shown.returncode == 0 and shown.stdout, (form, shown.stderr)
     for form in ("text", "markdown", "json", "html"):
         compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", form)
         assert compared.returncode == 0 and compared.stdout, (form, compared.stderr)
-    fleet_id = experiments["a"]["fleet"]
+    fleet_id = experiments["a"].fleet
     by_fleet = cli("compare", "--fleet", fleet_id, "--db", fleet["db"], "--format", "json")
     assert by_fleet.returncode == 0, by_fleet.stderr
     assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
@@ -173,11 +173,11 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
         fleet["cluster"].remove_node(fleet["nodes"]["b"])
     else:
         _cut_off(fleet["cluster"], fleet["nodes"]["b"])
-    while _by_host(store)["b"]["status"] == "running" and time.monotonic() - killed < 60:
+    while _by_host(store)["b"].status == "running" and time.monotonic() - killed < 60:
         time.sleep(0.2)
     noticed = time.monotonic() - killed
     print(f"host b: interrupted (host lost) {noticed:.1f} s after its node was {how}")
-    record = store.experiment(_by_host(store)["b"]["id"])
+    record = store.experiment(_by_host(store)["b"].id)
     assert (record.status, record.status_reason) == ("interrupted", "host lost")
     assert noticed <= 30, noticed
     _, errors = running.communicate(timeout=600)
@@ -187,11 +187,11 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
         fleet["cluster"].remove_node(fleet["nodes"]["b"])
     assert running.returncode == 1, errors  # one host did not finish
     experiments = _by_host(store)
-    assert experiments["a"]["status"] == experiments["c"]["status"] == "done"
-    kept = store.runs(experiments["b"]["id"])
+    assert experiments["a"].status == experiments["c"].status == "done"
+    kept = store.runs(experiments["b"].id)
     assert 2 <= len(kept) < 12 and {r["facts"]["fleet_host"] for r in kept} == {"b"}
     for name in ("a", "c"):  # nothing of b's ran on another host
-        assert {r["facts"]["fleet_host"] for r in store.runs(experiments[name]["id"])} == {name}
+        assert {r["facts"]["fleet_host"] for r in store.runs(experiments[name].id)} == {name}
     _nothing_left(fleet["root"])
     # Host b is back (a new node with its resource): --resume runs only its missing trials.
     fleet["cluster"].add_node(num_cpus=1, resources={"lb-host:b": 1}, node_ip_address="127.0.0.1")
@@ -199,7 +199,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     resumed = cli(
         "run",
         "--resume",
-        str(experiments["b"]["id"]),
+        str(experiments["b"].id),
         "--fleet",
         address,
         "--db",
@@ -209,9 +209,9 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr
-    runs = store.runs(experiments["b"]["id"])
+    runs = store.runs(experiments["b"].id)
     assert sorted(r["trial"] for r in runs) == list(range(12))
-    assert store.experiment(experiments["b"]["id"]).status == "done"
+    assert store.experiment(experiments["b"].id).status == "done"
     _nothing_left(fleet["root"])
 
 
@@ -268,7 +268,7 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
     )
     store = Store(fleet["db"])
     deadline = time.monotonic() + 300
-    while not (len(stored := _by_host(store)) == 3 and all(e["runs"] >= 2 for e in stored.values())):
+    while not (len(stored := _by_host(store)) == 3 and all(e.runs >= 2 for e in stored.values())):
         if time.monotonic() > deadline or running.poll() is not None:
             running.kill()
             pytest.fail(f"the hosts stored no runs: {running.communicate()}")
@@ -281,8 +281,8 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
     for node in fleet["nodes"].values():
         fleet["cluster"].remove_node(node, allow_graceful=False)
     _nothing_left(fleet["root"])
-    before = {name: store.runs(e["id"]) for name, e in _by_host(store).items()}
-    assert {e["status"] for e in _by_host(store).values()} == {"running"}  # nobody said otherwise
+    before = {name: store.runs(e.id) for name, e in _by_host(store).items()}
+    assert {e.status for e in _by_host(store).values()} == {"running"}  # nobody said otherwise
     assert all(2 <= len(runs) < 12 for runs in before.values()), {n: len(r) for n, r in before.items()}
     fleet_id = next(iter(_by_host(store).values()))["fleet"]
 
@@ -296,8 +296,8 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
             assert f"host {name}: experiment" in resumed.stderr and "done" in resumed.stderr, resumed.stderr
         experiments = _by_host(store)
         for name, record in experiments.items():
-            runs = store.runs(record["id"])
-            assert record["status"] == "done", record
+            runs = store.runs(record.id)
+            assert record.status == "done", record
             assert sorted(r["trial"] for r in runs) == list(range(12))  # none lost, none twice
             kept = {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in before[name]}
             assert {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in runs if r["id"] in kept} == kept

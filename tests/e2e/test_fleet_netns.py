@@ -164,7 +164,7 @@ def _raylets(namespace: Host) -> list[int]:
 
 
 def _by_host(store: Store) -> dict[str, dict[str, Any]]:
-    return {e["host"]: e for e in store.history()}
+    return {e.host: e for e in store.history()}
 
 
 def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_resume(
@@ -200,22 +200,22 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
         assert {listener.address for listener in found} == {namespace.address}, found
     fleet.hosts[lost_name].cut_off()
     cut = time.monotonic()
-    while _by_host(store)[lost_name]["status"] == "running" and time.monotonic() - cut < 60:
+    while _by_host(store)[lost_name].status == "running" and time.monotonic() - cut < 60:
         time.sleep(0.2)
     noticed = time.monotonic() - cut
     print(f"host {lost_name}: interrupted {noticed:.1f} s after its link went down")
-    record = store.experiment(_by_host(store)[lost_name]["id"])
+    record = store.experiment(_by_host(store)[lost_name].id)
     assert (record.status, record.status_reason) == ("interrupted", "host lost")
     assert noticed <= 30, noticed
     _, errors = running.communicate(timeout=600)
     assert running.returncode == 1, errors  # one host did not finish
     experiments = _by_host(store)
     for name in fleet.hosts:
-        runs = store.runs(experiments[name]["id"])
+        runs = store.runs(experiments[name].id)
         assert {r["facts"]["fleet_host"] for r in runs} == {name}  # nothing ran anywhere else
         if name != lost_name:
-            assert experiments[name]["status"] == "done" and len(runs) == TRIALS
-    kept = len(store.runs(experiments[lost_name]["id"]))
+            assert experiments[name].status == "done" and len(runs) == TRIALS
+    kept = len(store.runs(experiments[lost_name].id))
     assert 2 <= kept < TRIALS
 
     # The link is back: the host's Ray learns it was declared dead and stops (its agent tears
@@ -234,11 +234,11 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     joined = fleet.join(lost_name)
     assert joined.returncode == 0, joined.stderr
     resumed = fleet.layerbench(
-        fleet.head, "run", "--resume", str(experiments[lost_name]["id"]), "--fleet", fleet.address,
+        fleet.head, "run", "--resume", str(experiments[lost_name].id), "--fleet", fleet.address,
         "--db", database, "--quiet", *fleet.credentials, timeout=600,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    runs = store.runs(experiments[lost_name]["id"])
+    runs = store.runs(experiments[lost_name].id)
     assert sorted(r["trial"] for r in runs) == list(range(TRIALS))
-    assert store.experiment(experiments[lost_name]["id"]).status == "done"
+    assert store.experiment(experiments[lost_name].id).status == "done"
     _nothing_left(fleet.root)
