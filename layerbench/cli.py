@@ -567,11 +567,11 @@ def _compare_fleet(args: argparse.Namespace) -> int:
 
     if args.format == "json":
         documents = [json.loads(render(c)) for c in comparisons]
-        document = {"fleet": record["id"], "reference": record["reference"], "comparisons": documents}
+        document = {"fleet": record.id, "reference": record.reference, "comparisons": documents}
         return _emit(json.dumps(document, indent=2) + "\n", args.output)
-    parts = [f"fleet {record['id']}: every host against {record['reference']}\n"]
+    parts = [f"fleet {record.id}: every host against {record.reference}\n"]
     for comparison in comparisons:
-        parts.append(f"\n== host {comparison.b.experiment.host_name} against {record['reference']} ==\n")
+        parts.append(f"\n== host {comparison.b.experiment.host_name} against {record.reference} ==\n")
         parts.append(render(comparison))
     return _emit("".join(parts), args.output)
 

@@ -22,7 +22,7 @@ from layerbench import stats
 from layerbench.analysis import drift
 from layerbench.core.errors import UserError
 from layerbench.observe import sentinel
-from layerbench.store import ExperimentRecord, ExperimentSummary, Location, Store
+from layerbench.store import ExperimentRecord, ExperimentSummary, FleetRecord, Location, Store
 
 METRIC = "wall_s"
 SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
@@ -280,7 +280,7 @@ def trends(db: "Path | Location", records: list[ExperimentSummary]) -> list[Expe
     return found
 
 
-def compare_fleet(db: "Path | Location", fleet: str) -> tuple[dict[str, Any], list[Comparison]]:
+def compare_fleet(db: "Path | Location", fleet: str) -> tuple[FleetRecord, list[Comparison]]:
     """Every host of a fleet against its reference host (the first one named), same plan and
     seed on each: what differs is the machine, and the host differences say how."""
     store = Store(db, read_only=True)
@@ -288,14 +288,14 @@ def compare_fleet(db: "Path | Location", fleet: str) -> tuple[dict[str, Any], li
         record = store.fleet(fleet)
     finally:
         store.close()
-    members = record["experiments"]
-    reference = members.get(record["reference"])
+    members = record.experiments
+    reference = members.get(record.reference)
     if reference is None:
-        raise UserError(f"fleet {fleet}: its reference host {record['reference']} stored no experiment")
-    side_a = load_side(db, reference["id"])
+        raise UserError(f"fleet {fleet}: its reference host {record.reference} stored no experiment")
+    side_a = load_side(db, reference.id)
     comparisons = [
-        compare(side_a, load_side(db, members[host]["id"]))
-        for host in record["hosts"]
-        if host != record["reference"] and host in members
+        compare(side_a, load_side(db, members[host].id))
+        for host in record.hosts
+        if host != record.reference and host in members
     ]
     return record, comparisons

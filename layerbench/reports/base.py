@@ -194,12 +194,12 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
     """Every host's wall-time ratios in one fleet, in the order of its hosts."""
     record = store.fleet(fleet)
     ratios = {}
-    for host in record["hosts"]:
-        member = record["experiments"].get(host)
+    for host in record.hosts:
+        member = record.experiments.get(host)
         if member is None:
             continue
-        experiment = store.experiment(member["id"])
-        rows = sequential.experiment_rows(experiment, partial(store.runs, member["id"]))
+        experiment = store.experiment(member.id)
+        rows = sequential.experiment_rows(experiment, partial(store.runs, member.id))
         ratios[host] = {(r.stack, r.workload): fmt_ratio(r) for r in rows}
     return ratios
 

@@ -285,7 +285,7 @@ def fleet(browser: Browser, fleet_id: str, query: QueryParams) -> View:
         record = browser.store.fleet(fleet_id)
     except UserError:
         raise checks.NotFound(f"no fleet {fleet_id!r}") from None
-    members = {h: int(record["experiments"][h]["id"]) for h in record["hosts"] if h in record["experiments"]}
+    members = {h: record.experiments[h].id for h in record.hosts if h in record.experiments}
     datas = {h: browser.report(ident) for h, ident in members.items()}
     table = Table("matrix", ["stack", "workload", *members])
     classes: list[list[str]] = []
@@ -316,4 +316,4 @@ def fleet(browser: Browser, fleet_id: str, query: QueryParams) -> View:
         )
         classes.append(["", "", *(heat(r) for r in rows)])
     context = {"fleet": record, "hosts": list(members), "classes": classes}
-    return View("fleet.html", f"fleet {fleet_id}: {record['name']}", [table], context)
+    return View("fleet.html", f"fleet {fleet_id}: {record.name}", [table], context)

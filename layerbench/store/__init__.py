@@ -42,7 +42,7 @@ from layerbench.core.errors import UserError
 from layerbench.core.facts import check as check_facts
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
-from layerbench.store.records import ExperimentRecord, ExperimentSummary
+from layerbench.store.records import ExperimentRecord, ExperimentSummary, FleetMember, FleetRecord
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
@@ -58,6 +58,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ExperimentRecord",
     "ExperimentSummary",
+    "FleetRecord",
     "Location",
     "NoResults",
     "Store",
@@ -697,7 +698,7 @@ class Store:
             select(e.c.id, e.c.name, e.c.status, e.c.started, e.c.finished, e.c.baseline).order_by(e.c.id)
         )
 
-    def fleet(self, ident: str) -> dict[str, Any]:
+    def fleet(self, ident: str) -> FleetRecord:
         """A fleet with its experiments (one per host), in the order of its hosts."""
         rows = self._read(select(fleets_table).where(fleets_table.c.id == ident))
         if not rows:
@@ -710,8 +711,8 @@ class Store:
             .where(e.c.fleet == ident)
             .order_by(e.c.id)
         )
-        record["experiments"] = {m["host_name"]: m for m in members}
-        return record
+        record["experiments"] = {m["host_name"]: FleetMember(**m) for m in members}
+        return FleetRecord(**record)
 
     def fleet_of(self, experiment_id: int) -> str | None:
         with self._connection(transaction=False) as connection:

@@ -145,3 +145,26 @@ class ExperimentSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class FleetMember:
+    """One host's experiment of a fleet."""
+
+    id: int
+    host_name: str
+    status: str
+    status_reason: str | None
+
+
+@dataclass(frozen=True)
+class FleetRecord:
+    """A fleet: one plan run on several hosts, each host's experiment by its name."""
+
+    id: str
+    name: str
+    plan_source: str
+    started: str
+    reference: str  # the host the others are compared against
+    hosts: list[str]  # in the order they were named
+    experiments: dict[str, FleetMember]  # host name -> its experiment (hosts that stored one)
