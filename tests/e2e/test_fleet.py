@@ -162,7 +162,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         lost = _by_host(store).get("b")
-        if lost is not None and lost["runs"] >= 2:
+        if lost is not None and lost.runs >= 2:
             break
         time.sleep(0.2)
     else:
@@ -284,7 +284,7 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
     before = {name: store.runs(e.id) for name, e in _by_host(store).items()}
     assert {e.status for e in _by_host(store).values()} == {"running"}  # nobody said otherwise
     assert all(2 <= len(runs) < 12 for runs in before.values()), {n: len(r) for n, r in before.items()}
-    fleet_id = next(iter(_by_host(store).values()))["fleet"]
+    fleet_id = next(iter(_by_host(store).values())).fleet
 
     with _cluster(fleet["root"], fleet["fleet_credentials"]) as new_head:
         resumed = cli(

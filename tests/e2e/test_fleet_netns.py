@@ -189,7 +189,7 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     store = Store(database)
     lost_name = list(fleet.hosts)[1]
     deadline = time.monotonic() + 300
-    while (lost := _by_host(store).get(lost_name)) is None or lost["runs"] < 2:
+    while (lost := _by_host(store).get(lost_name)) is None or lost.runs < 2:
         if time.monotonic() > deadline or running.poll() is not None:
             running.kill()
             pytest.fail(f"host {lost_name} stored no runs: {running.communicate()}")
