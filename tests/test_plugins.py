@@ -132,7 +132,7 @@ def test_a_fake_experiment_runs_through_store_statistics_and_every_format(
     data = reports.gather(store, 1)
     row = data.summary("pad", "sum", "wall_s")
     assert row is not None and row.decision == "slower" and row.ratio == pytest.approx(1.5)
-    assert data.experiment.stacks["pad"]["layers"] == ["test-scratchpad(reserve=5G)"]
+    assert data.experiment.stacks["pad"].layers == ["test-scratchpad(reserve=5G)"]
     for name in reports.load_formats():
         document = reports.render(data, name)
         assert "pad" in document, name

@@ -30,7 +30,7 @@ def test_runs_round_trip(store_location: str) -> None:
     store.add_warning(ident, "noisy")
     store.add_warning(ident, "noisy")
     record = store.experiment(ident)
-    assert record.stacks == {"a": {"layers": ["bind"]}} and record.warnings == ["noisy"]
+    assert record.stacks["a"].layers == ["bind"] and record.warnings == ["noisy"]
     assert store.latest_experiment_id() == ident
 
 

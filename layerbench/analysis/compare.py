@@ -23,6 +23,7 @@ from layerbench.analysis import drift
 from layerbench.core.errors import UserError
 from layerbench.observe import sentinel
 from layerbench.store import ExperimentRecord, ExperimentSummary, FleetRecord, Location, Store
+from layerbench.store.records import Trend
 
 METRIC = "wall_s"
 SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolute ones as in 1
@@ -262,18 +263,18 @@ def trends(db: "Path | Location", records: list[ExperimentSummary]) -> list[Expe
     found = []
     for record in records:
         earlier = previous.get(record.name)
-        trend: dict[str, Any] | None = None
+        trend: Trend | None = None
         if earlier is not None and record.status == "done":
             comparison = compare(load_side(db, earlier), load_side(db, record.id))
             agree, compared = comparison.agreeing()
-            trend = {
-                "previous": earlier,
-                "relative_reach": comparison.resolution(),
-                "host_changed": comparison.drift.host_changed,
-                "line": comparison.drift.line(),
-                "relative_agree": agree,
-                "relative_compared": compared,
-            }
+            trend = Trend(
+                previous=earlier,
+                relative_reach=comparison.resolution(),
+                host_changed=comparison.drift.host_changed,
+                line=comparison.drift.line(),
+                relative_agree=agree,
+                relative_compared=compared,
+            )
         if record.status == "done":
             previous[record.name] = record.id
         found.append(dataclasses.replace(record, against_previous=trend))

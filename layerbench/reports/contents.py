@@ -443,11 +443,11 @@ def _host_during(data: ReportData) -> Section:
 def _stacks(data: ReportData) -> Section:
     blocks: list[Any] = []
     for stack in data.stacks:
-        info = data.experiment.stacks.get(stack, {})
-        lines = [f"layers: {' → '.join(info.get('layers', ['?']))}"]
-        if info.get("world"):
-            lines.append(f"world: {info['world']}, chrooted into through the stack (jail/ro)")
-        lines += info.get("mount_lines", []) or ["(no mounts: a plain directory)"]
+        info = data.experiment.stacks.get(stack)
+        lines = [f"layers: {' → '.join(info.layers if info else ['?'])}"]
+        if info and info.world:
+            lines.append(f"world: {info.world}, chrooted into through the stack (jail/ro)")
+        lines += (info.mount_lines if info else []) or ["(no mounts: a plain directory)"]
         blocks.append(Lines(lines, f"Config {stack}", preformatted=True))
     return Section("Stacks", blocks)
 

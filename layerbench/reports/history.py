@@ -13,14 +13,13 @@ def _trend(record: ExperimentSummary) -> str:
     trend = record.against_previous
     if not trend:
         return "-"
-    agree = f"{trend['relative_agree']}/{trend['relative_compared']} relative costs agree"
-    if trend.get("relative_reach"):
-        agree += f" (reach x{trend['relative_reach']:.2f})"
-    if trend["host_changed"]:
-        return (
-            f"vs {trend['previous']}: host changed ({trend['line'].split(': the host changed')[0]}); {agree}"
-        )
-    return f"vs {trend['previous']}: host steady; {agree}"
+    agree = f"{trend.relative_agree}/{trend.relative_compared} relative costs agree"
+    if trend.relative_reach:
+        agree += f" (reach x{trend.relative_reach:.2f})"
+    if trend.host_changed:
+        moved = (trend.line or "").split(": the host changed")[0]
+        return f"vs {trend.previous}: host changed ({moved}); {agree}"
+    return f"vs {trend.previous}: host steady; {agree}"
 
 
 def _shown(record: ExperimentSummary, column: str) -> Any:

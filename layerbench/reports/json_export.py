@@ -66,7 +66,7 @@ def experiment_json(data: ReportData) -> str:
         )
         | {"plan": experiment.plan, "facts": _facts(experiment.facts)},
         "host": experiment.host,
-        "stacks": experiment.stacks,
+        "stacks": {name: stack.as_dict() for name, stack in experiment.stacks.items()},
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
         "runs": [
             {key: run[key] for key in run_columns()}

@@ -42,7 +42,13 @@ from layerbench.core.errors import UserError
 from layerbench.core.facts import check as check_facts
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
-from layerbench.store.records import ExperimentRecord, ExperimentSummary, FleetMember, FleetRecord
+from layerbench.store.records import (
+    ExperimentRecord,
+    ExperimentSummary,
+    FleetMember,
+    FleetRecord,
+    StackRecord,
+)
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
@@ -582,6 +588,7 @@ class Store:
             )
         )
         record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
+        record["stacks"] = {name: StackRecord.stored(info) for name, info in record["stacks"].items()}
         return ExperimentRecord(**record)
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@ work it did, its facts) and the StackRecord of the stack it ran on. Executors ma
 the store writes them. And what the store hands back of an experiment: its
 ExperimentRecord."""
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from layerbench.core.facts import Fact, declare
@@ -25,6 +25,17 @@ class StackRecord:
     devices: list[str]
     top: str
     world: str | None = None
+
+    @classmethod
+    def stored(cls, info: dict[str, Any]) -> "StackRecord":
+        """As the experiments table keeps it (a store of an older layerbench may lack a key)."""
+        return cls(
+            layers=list(info.get("layers", [])),
+            mount_lines=list(info.get("mount_lines", [])),
+            devices=list(info.get("devices", [])),
+            top=str(info.get("top", "")),
+            world=info.get("world"),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -107,7 +118,7 @@ class ExperimentRecord:
     started: str
     finished: str | None
     host: dict[str, Any]  # observe.host.describe()
-    stacks: dict[str, dict[str, Any]]  # stack name -> StackRecord.as_dict()
+    stacks: dict[str, StackRecord]  # each stack as it was built (its first trial's)
     warnings: list[str]
     version: str
     pid: int | None = None
@@ -141,10 +152,23 @@ class ExperimentSummary:
     stacks: list[str]
     workloads: list[str]
     # history: this experiment against the previous finished one of its plan (compare.trends)
-    against_previous: dict[str, Any] | None = None
+    against_previous: "Trend | None" = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """An experiment against the previous finished experiment of the same plan, as compare
+    puts it: did the host move, and how many of the relative costs repeat."""
+
+    previous: int  # that experiment's id
+    relative_reach: float | None  # how far apart two relative costs can be and still agree
+    host_changed: bool
+    line: str | None  # the drift line (None: nothing moved)
+    relative_agree: int
+    relative_compared: int
 
 
 @dataclass(frozen=True)
