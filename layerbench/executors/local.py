@@ -17,7 +17,7 @@ from layerbench.core.facts import Fact, declare
 from layerbench.executors import procedure
 from layerbench.executors.base import Executor, Setting
 from layerbench.guest.protocol import GuestRequest
-from layerbench.linux import cgroups
+from layerbench.linux import cgroups, pagecache
 from layerbench.observe import (
     durability,
     host,
@@ -191,11 +191,18 @@ class LocalExecutor(Executor):
                     ),
                     clock.lap,
                 )
+            # Read before the stack comes down (an unmount writes back what it holds): the
+            # trial's files below the stack that are still dirty, per file, for the verdict.
+            # The stack's directories and images are the trial directory's subdirectories
+            # (base, L1-...); the files right in it are the harness's (the run's stderr).
+            still_dirty = (
+                pagecache.dirty_bytes_under(workdir, root_files=False) if outcome.durable_bytes else None
+            )
             failpoints.reached("run-finished")
         counters = outcome.counters
         facts = dict(outcome.facts)
         if counters.status == "ok" and (
-            durable := durability.check(outcome.durable_bytes, checked, counters.devices)
+            durable := durability.check(outcome.durable_bytes, checked, counters.devices, still_dirty)
         ):
             facts["durability"] = durable
         return TrialResult(

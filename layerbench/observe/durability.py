@@ -1,15 +1,19 @@
 """The durability check: a workload that claims its data is durable when its timed run ends
-(stream-write's fsync, extract's syncfs, a fio job's end_fsync) must have moved at least
-its bytes to the lowest device of the stack inside that run. Otherwise the data is still
-dirty in some page cache below (a layer that does not pass syncfs down: bindfs without the
-sync of the file systems under it) and the run measured less than it claims.
+(stream-write's fsync, extract's syncfs, a fio job's end_fsync) must have moved its bytes to
+the lowest device of the stack inside that run. Otherwise the data is still dirty in some
+page cache below (a layer that does not pass syncfs down: bindfs without the sync of the
+file systems under it) and the run measured less than it claims.
 
-The rule: reached >= SHARE x claimed, with reached the bytes written to the stack's bottom
-device (the disk behind a loop device) between the run's start and end. Other writers on
-that disk can only add to it, so a flagged run is a real miss, but a busy neighbour can hide
-one: beside `stress-ng --hdd` on the same disk, 528 MiB reached it during a run whose 64 MiB
-stayed dirty above (docs/flakes.md). A stack that keeps its data in memory (tmpfs) has no
-device and is not checked."""
+Two readings, both needed: reached, the bytes written to the stack's bottom device (the disk
+behind a loop device) between the run's start and end, must be at least SHARE x claimed; and
+dirty, the bytes of the trial's own files on the scratch file system (the directories and
+image files under the stack) still dirty or under writeback right after the run, read per
+file (cachestat), must be at most (1 - SHARE) x claimed. Other writers on the disk can only
+add to reached, so it alone can hide a miss (beside `stress-ng --hdd`, 528 MiB reached the
+disk during a run whose 64 MiB stayed dirty below the FUSE layer: docs/flakes.md); dirty is
+the trial's files' own and no neighbour moves it. A kernel without cachestat leaves the
+verdict to reached. A stack that keeps its data in memory (tmpfs) has no device and is not
+checked."""
 
 from typing import Any
 
@@ -28,25 +32,33 @@ SHARE = 0.9
 
 
 def check(
-    claimed: int | None, devices: list[str], per_device: dict[str, dict[str, int]]
+    claimed: int | None,
+    devices: list[str],
+    per_device: dict[str, dict[str, int]],
+    dirty: int | None = None,
 ) -> dict[str, Any] | None:
-    """The run's durability fact, or None when there is nothing to check."""
+    """The run's durability fact, or None when there is nothing to check. dirty: the bytes of
+    the trial's files below the stack still dirty after the run (None: not known)."""
     if not claimed or not devices or devices[-1] not in per_device:
         return None
     reached = per_device[devices[-1]].get("write_bytes", 0)
+    stayed_dirty = dirty is not None and dirty > (1 - SHARE) * claimed
     return {
         "claimed_bytes": claimed,
         "reached_bytes": reached,
+        "dirty_bytes": dirty,
         "device": devices[-1],
-        "durable": reached >= SHARE * claimed,
+        "durable": reached >= SHARE * claimed and not stayed_dirty,
     }
 
 
 def describe(fact: dict[str, Any]) -> str:
-    return (
-        f"only {format_size(fact['reached_bytes'])} of {format_size(fact['claimed_bytes'])} reached "
-        f"{fact['device']} inside the timed run"
-    )
+    claimed = format_size(fact["claimed_bytes"])
+    dirty = fact.get("dirty_bytes")  # absent in a store of an older layerbench
+    if dirty is not None and dirty > (1 - SHARE) * fact["claimed_bytes"]:
+        return f"{format_size(dirty)} of {claimed} was still dirty below the stack when the run ended"
+    reached = format_size(fact["reached_bytes"])
+    return f"only {reached} of {claimed} reached {fact['device']} inside the timed run"
 
 
 def warnings(runs: list[dict[str, Any]]) -> list[str]:
