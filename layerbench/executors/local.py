@@ -191,13 +191,7 @@ class LocalExecutor(Executor):
                     ),
                     clock.lap,
                 )
-            # Read before the stack comes down (an unmount writes back what it holds): the
-            # trial's files below the stack that are still dirty, per file, for the verdict.
-            # The stack's directories and images are the trial directory's subdirectories
-            # (base, L1-...); the files right in it are the harness's (the run's stderr).
-            still_dirty = (
-                pagecache.dirty_bytes_under(workdir, root_files=False) if outcome.durable_bytes else None
-            )
+            still_dirty = _dirty_below(workdir) if outcome.durable_bytes else None  # stack still up
             failpoints.reached("run-finished")
         counters = outcome.counters
         facts = dict(outcome.facts)
@@ -328,6 +322,14 @@ class LocalExecutor(Executor):
         finally:
             for ident in idents:
                 self.scratch.journal.done(ident)
+
+
+def _dirty_below(workdir: Path) -> int | None:
+    """The trial's files below the stack still dirty, per file, for the durability verdict;
+    read before the stack comes down (an unmount writes back what it holds). The stack's
+    directories and images are the trial directory's subdirectories (base, L1-...); the
+    files right in it are the harness's (the run's stderr)."""
+    return pagecache.dirty_bytes_under(workdir, root_files=False)
 
 
 def _guest_request(built: BuiltStack, workload: Workload[WorkloadOptions]) -> GuestRequest:
