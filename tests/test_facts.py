@@ -61,10 +61,10 @@ def test_an_undeclared_fact_fails_the_run_only_when_checking(monkeypatch: pytest
 def test_the_reports_covariates_are_read_before_the_run() -> None:
     """A figure read during the run is an outcome: explaining the run by it would explain the
     run by itself."""
-    _everything()
+    registered = _everything()
     assert covariates.COVARIATES
     for covariate in covariates.COVARIATES:
-        assert facts.before_run(covariate.fact), covariate.fact
+        assert registered[covariate.fact].when == "before", covariate.fact
 
 
 def test_the_noise_budget_never_takes_a_figure_known_only_after_the_run() -> None:

@@ -58,9 +58,3 @@ def check(keys: Iterable[str]) -> None:
     declared is a bug: raise. Otherwise a plugin's undeclared fact is stored as it is."""
     if os.environ.get(CHECK_VARIABLE) and (unknown := undeclared(keys)):
         raise RuntimeError(f"run facts not declared in layerbench.core.facts: {', '.join(unknown)}")
-
-
-def before_run(key: str) -> bool:
-    """The fact was read before the timed run began, so it may explain the run (a covariate)."""
-    fact = _REGISTRY.get(key)
-    return fact is not None and fact.when == "before"
