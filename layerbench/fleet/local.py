@@ -9,11 +9,13 @@ every command it runs, is kept to loopback too) and keeps the fleet's token in i
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerbench.core.errors import UserError
 from layerbench.fleet import confine, credentials, hosts
 
 LOOPBACK = "127.0.0.1"
@@ -69,6 +71,22 @@ def loopback_credentials(root: Path) -> Iterator[credentials.Credentials]:
         yield fleet_credentials
 
 
+# Ray's Unix sockets lie under its temporary directory, at SESSION/sockets/NAME: about 66
+# bytes below it (a session's name holds its date, time and pid), and a socket's path may not
+# pass 107 bytes.
+_RAY_SOCKET_SUFFIX = len("/session_2026-12-04_17-25-03_123456_4194304/sockets/plasma_store")
+_SOCKET_PATH_MAX = 107
+
+
+def ray_temp_dir(scratch: Path) -> Path:
+    """Ray's temporary directory for a fleet whose scratch lies under scratch: scratch/ray."""
+    temporary = scratch.absolute() / "ray"
+    if len(str(temporary).encode()) + _RAY_SOCKET_SUFFIX > _SOCKET_PATH_MAX:
+        limit = _SOCKET_PATH_MAX - _RAY_SOCKET_SUFFIX - len("/ray")
+        raise UserError(f"{scratch}: too long a path for Ray's sockets under it (at most {limit} characters)")
+    return temporary
+
+
 @contextlib.contextmanager
 def loopback_cluster(
     fleet_credentials: credentials.Credentials,
@@ -81,7 +99,39 @@ def loopback_cluster(
 ) -> Iterator[LocalFleet]:
     """A head and one node per entry of node_hosts, carrying those hosts' resources, each host
     registered with its scratch root scratch/NAME. Unless stay_connected, this process leaves
-    the cluster once the hosts are registered (its commands then connect on their own)."""
+    the cluster once the hosts are registered (its commands then connect on their own).
+
+    Ray's temporary directory (its sessions, logs and sockets, and the file that points
+    `ray.init()` at this cluster) is scratch/ray, removed with the cluster: in Ray's default,
+    /tmp/ray, a session directory of every fleet ever started here was left behind."""
+    temporary = ray_temp_dir(scratch)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, temporary, ignore_errors=True)
+        # Ray takes its directory from RAY_TMPDIR wherever it is not told one (its cluster
+        # helper writes the address file to the default directory whatever it is told).
+        stack.enter_context(_environment_kept(["RAY_TMPDIR"]))
+        os.environ["RAY_TMPDIR"] = str(temporary.parent)
+        cluster = _cluster(
+            fleet_credentials,
+            node_hosts,
+            scratch,
+            cpus_per_node=cpus_per_node,
+            simulated=simulated,
+            stay_connected=stay_connected,
+        )
+        yield stack.enter_context(cluster)
+
+
+@contextlib.contextmanager
+def _cluster(
+    fleet_credentials: credentials.Credentials,
+    node_hosts: Sequence[Sequence[str]],
+    scratch: Path,
+    *,
+    cpus_per_node: int,
+    simulated: bool,
+    stay_connected: bool,
+) -> Iterator[LocalFleet]:
     import ray
     from ray.cluster_utils import Cluster
 

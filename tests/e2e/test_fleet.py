@@ -79,6 +79,7 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
                 for name in NAMES:
                     cleaned = cli("clean", "--scratch", str(root / name), "--db", str(root / "none.db"))
                     assert cleaned.returncode == 0, cleaned.stderr
+        assert not (root / "ray").exists()  # Ray's sessions went with the cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -115,6 +116,9 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     assert len({e.fleet for e in experiments.values()}) == 1
     seeds = {store.experiment(e.id).seed for e in experiments.values()}
     assert len(seeds) == 1  # the same plan and seed on every host
+    # Ray's sessions, logs and sockets under the fleet's root, none in Ray's default /tmp/ray.
+    nodes = [fleet["cluster"].head_node, *fleet["nodes"].values()]
+    assert all(Path(n.get_session_dir_path()).parent == fleet["root"] / "ray" for n in nodes)
     for name, record in experiments.items():
         runs = store.runs(record.id)
         assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
