@@ -136,3 +136,25 @@ def test_a_cpu_time_too_small_to_matter_explains_nothing() -> None:
     line = result.line()
     assert "user time" not in line and "computing in the workload" not in line
     assert "voluntary context switches x100" in line and "round trips to a daemon or device" in line
+
+
+def test_a_stack_given_fewer_rounds_is_read_against_the_baselines_runs_beside_it() -> None:
+    """A budget gives undecided stacks more rounds: here the baseline ran 10 repetitions and
+    drifted (system time 1 s, then 3 s), the stack only the first 5 (system time 2 s). Its
+    difference is taken from the baseline's runs of those 5 repetitions, the ones its paired
+    ratio uses: 1 s -> 2 s, not the median of all ten (about 2 s: "no change")."""
+    jitter = (0, 0.01, 0.02, 0.03, 0.04)
+    early = [(10.0 + d, 5.0, 1.0 + d, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
+    late = [(16.0 + d, 5.0, 3.0 + d, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
+    mine = [(14.0 + d, 5.0, 2.0 + d / 2, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
+    runs = _runs("base", early + late) + _runs("img", mine)
+    for rep, run in enumerate(runs[:10]):
+        run["rep"] = rep
+    for rep, run in enumerate(runs[10:]):
+        run["rep"] = rep
+    rows = stats.summaries(runs, "base", ["base", "img"], ["build"], paired=True)
+    result = explain.why(rows, "base", "img", "build")
+    assert result is not None and result.elapsed.paired
+    (system,) = [m for m in result.moved if m.metric == "sys_s"]
+    assert system.base == 1.02 and system.value == 2.01  # the medians over repetitions 0-4
+    assert "system time x1.97 [" in result.line()

@@ -160,6 +160,24 @@ def _rows(summaries: list[Summary], workload: str) -> dict[tuple[str, str], Summ
     return {(s.stack, s.metric): s for s in summaries if s.workload == workload}
 
 
+def reference(row: Summary | None, base: Summary | None) -> float | None:
+    """The baseline's median that row's median differs from: over the runs its comparison
+    used (the baseline's own row for rows stored before they said)."""
+    if row is not None and row.reference_median is not None:
+        return row.reference_median
+    return base.median if base is not None else None
+
+
+def beside(
+    groups: dict[tuple[str, str], list[dict[str, Any]]], baseline: str, stack: str, workload: str
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """groups with the baseline's runs of workload cut to the repetitions stack has: the runs
+    a paired comparison measured side by side (a budget gives undecided stacks more rounds)."""
+    reps = {r.get("rep") for r in groups.get((stack, workload), [])}
+    cut = [r for r in groups.get((baseline, workload), []) if r.get("rep") in reps]
+    return {**groups, (baseline, workload): cut}
+
+
 def split(summaries: list[Summary], stack: str, workload: str) -> Split | None:
     rows = _rows(summaries, workload)
     elapsed = rows.get((stack, "wall_s"))
@@ -187,24 +205,26 @@ def attribute(
     """The named parts of stack's elapsed difference from the baseline (see the rule above).
     groups: the measured runs by (stack, workload), for the parts the baseline lacks."""
     rows = _rows(summaries, workload)
-    mine, theirs = rows.get((stack, "wall_s")), rows.get((baseline, "wall_s"))
-    if stack == baseline or mine is None or theirs is None or mine.median is None or theirs.median is None:
+    mine = rows.get((stack, "wall_s"))
+    theirs = reference(mine, rows.get((baseline, "wall_s")))
+    if stack == baseline or mine is None or theirs is None or mine.median is None:
         return None
-    difference = mine.median - theirs.median
+    difference = mine.median - theirs
     result = Attribution(stack, difference)
     for metric in METRICS:
-        row, base = rows.get((stack, metric)), rows.get((baseline, metric))
-        if row is None or base is None or row.median is None or base.median is None:
+        row = rows.get((stack, metric))
+        base = reference(row, rows.get((baseline, metric)))
+        if row is None or base is None or row.median is None:
             continue
         if not row.significant and not _absent_then_present(groups or {}, baseline, stack, workload, metric):
             continue
-        delta = row.median - base.median
+        delta = row.median - base
         if delta * difference <= 0 or abs(delta) < SHARE * abs(difference):
             continue
         low, high = row.ratio_ci_low, row.ratio_ci_high
         ci = (low, high) if low is not None and high is not None and math.isfinite(high) else None
         ratio = row.ratio if row.ratio is not None and math.isfinite(row.ratio) else None
-        result.named.append(Change(metric, base.median, row.median, ratio, ci if ratio is not None else None))
+        result.named.append(Change(metric, base, row.median, ratio, ci if ratio is not None else None))
     result.named.sort(key=lambda c: abs(c.delta), reverse=True)
     return result
 

@@ -155,17 +155,18 @@ def _number(value: float) -> str:
 
 
 def _moved(row: Summary | None, base: Summary | None) -> Moved | None:
-    if row is None or base is None or row.median is None or base.median is None:
+    reference = decompose.reference(row, base)
+    if row is None or reference is None or row.median is None:
         return None
-    if not row.significant or abs(row.median - base.median) < MATERIAL.get(row.metric, 0):
+    if not row.significant or abs(row.median - reference) < MATERIAL.get(row.metric, 0):
         return None
-    if base.median == 0 or row.ratio is None or not math.isfinite(row.ratio):
-        return Moved(row.metric, base.median, row.median, None, None) if row.median > base.median else None
+    if reference == 0 or row.ratio is None or not math.isfinite(row.ratio):
+        return Moved(row.metric, reference, row.median, None, None) if row.median > reference else None
     if 1 / MOVED_RATIO < row.ratio < MOVED_RATIO:
         return None
     low, high = row.ratio_ci_low, row.ratio_ci_high
     ci = (low, high) if low is not None and high is not None and math.isfinite(high) else None
-    return Moved(row.metric, base.median, row.median, row.ratio, ci)
+    return Moved(row.metric, reference, row.median, row.ratio, ci)
 
 
 def why(
@@ -185,8 +186,9 @@ def why(
         return None
     result = Why(stack, workload, elapsed)
     slower = elapsed.decision == "slower"
-    base_elapsed = rows.get((baseline, "wall_s"))
-    elapsed_change = abs((elapsed.median or 0) - (base_elapsed.median or 0)) if base_elapsed else 0
+    base_elapsed = decompose.reference(elapsed, rows.get((baseline, "wall_s")))
+    elapsed_change = abs((elapsed.median or 0) - base_elapsed) if base_elapsed is not None else 0
+    groups = decompose.beside(groups or {}, baseline, stack, workload) if elapsed.paired else groups
     helper = rows.get((stack, "helper_cpu_s"))
     if helper is not None and helper.median:
         result.helper_cpu_s = helper.median

@@ -81,6 +81,10 @@ class Summary:
     equivalence: float = EQUIVALENCE
     alpha: float = ALPHA
     median_ratio: float | None = None  # ratio of the two medians, for reference
+    # The baseline's median over the runs this comparison used (the repetitions both have, when
+    # paired): what a difference from this row's median is taken against. The baseline's own row
+    # holds every baseline run, more than a stack given fewer rounds was measured beside.
+    reference_median: float | None = None
     reps_to_decide: int | None = None  # inconclusive: about this many repetitions would decide
     bound: str | None = None  # not significant: how far either way the interval allows
 
@@ -332,6 +336,8 @@ def compare_family(entries: list[Entry], metric: str, design: Design) -> list[Su
         a, b = (
             (entry.paired_values, entry.paired_reference) if row.paired else (entry.values, entry.reference)
         )
+        if b:
+            row.reference_median = intervals.median(b)
         fit = methods.fit(
             np.asarray(a, float), np.asarray(b, float), paired=row.paired, strictest_alpha=strictest
         )
