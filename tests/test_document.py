@@ -158,3 +158,21 @@ def test_one_registry_holds_every_format_with_the_kinds_it_renders() -> None:
     assert document.load_formats("experiment") == ["csv", "html", "json", "mail", "markdown", "text"]
     assert document.load_formats("comparison") == ["html", "json", "mail", "markdown", "text"]
     assert document.load_formats("history") == ["html", "json", "mail", "markdown", "text"]
+
+
+def test_a_stack_given_fewer_rounds_says_which_baseline_runs_its_ratio_is_against(tmp_path: Path) -> None:
+    """With a budget, decided stacks stop while the baseline goes on with the undecided ones:
+    a stack's table note gives the baseline's median over the repetitions it was paired with."""
+    store = Store(tmp_path / "r.db")
+    plan = parse_plan(DEFAULT_PLAN, "builtin:default")
+    experiment = Experiment(plan, store, FakeExecutor(_default_script), seed=7)
+    experiment.prepare([])
+    experiment.run()
+    data = reports.gather(store, 1)
+    table = contents.comparison_table(data, "extract", "wall_s")
+    assert table is not None
+    tmpfs, base = data.summary("tmpfs", "extract", "wall_s"), data.summary("disk", "extract", "wall_s")
+    assert tmpfs is not None and base is not None and tmpfs.n < base.n, (tmpfs, base)
+    said = [n for n in table.notes if "repetitions, against disk's runs of the same repetitions" in n]
+    assert said and "tmpfs" in said[0].split(":")[0], table.notes
+    assert f"all {base.n} disk runs" in said[0]

@@ -164,12 +164,31 @@ def _median_ci(row: stats.Summary, unit: str) -> str:
     return f"{fmt_value(row.median, unit)} [{fmt_value(row.ci_low, unit)}-{fmt_value(row.ci_high, unit)}]"
 
 
+def _reference_notes(data: ReportData, rows: list[stats.Summary], unit: str) -> list[str]:
+    """Stacks given fewer rounds than the baseline (a budget spends rounds on the undecided
+    ones) are compared with the baseline's runs of their own repetitions: that median, beside
+    the baseline's row of every run, so that the table's two medians are not read as the ratio."""
+    if not rows or (base := data.summary(data.baseline, rows[0].workload, rows[0].metric)) is None:
+        return []
+    fewer: dict[tuple[int, float], list[str]] = {}
+    for row in rows:
+        if row.paired and row.reference_median is not None and row.n < base.n:
+            fewer.setdefault((row.n, row.reference_median), []).append(row.stack)
+    every = f"all {base.n} {data.baseline} runs: {fmt_value(base.median, unit)}"
+    return [
+        f"{', '.join(stacks)}: {n} repetitions, against {data.baseline}'s runs of the same repetitions, "
+        f"median {fmt_value(reference, unit)} ({every})"
+        for (n, reference), stacks in fewer.items()
+    ]
+
+
 def comparison_table(data: ReportData, workload: str, metric: str) -> Table | None:
     """One metric of one workload, each stack against the baseline: a row to a line, the
     verdict a word; what a word leaves out (an interval too wide, the bound) is a note."""
     known = metrics.BY_NAME[metric]
     rows: list[list[Cell]] = []
     notes = []
+    compared = []
     for stack in data.stacks:
         row = data.summary(stack, workload, metric)
         if row is None or row.n == 0:
@@ -190,8 +209,10 @@ def comparison_table(data: ReportData, workload: str, metric: str) -> Table | No
         )
         if row.verdict != row.decision:
             notes.append(f"{stack}: {row.verdict}")
+        compared.append(row)
     if not rows:
         return None
+    notes += _reference_notes(data, compared, known.unit)
     label = "elapsed time" if metric == "wall_s" else known.label
     return Table(
         ["stack", f"{label} (median) [95% CI]", "ratio [CI, level]", "verdict", "p adj.", "n"],
