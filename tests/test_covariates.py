@@ -37,3 +37,17 @@ def test_no_note_without_an_association_or_without_noise() -> None:
 def test_runs_without_the_figure_or_too_few_are_left_alone() -> None:
     assert covariates.notes(_runs([1.0, 2.0, 3.0, 4.0, 5.0], [None] * 5)) == []
     assert covariates.notes(_runs([1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4])) == []
+
+
+def test_runs_whose_inode_group_a_trial_just_emptied_are_named_and_a_null_counts_as_long_ago() -> None:
+    """Null: no trial ended near the group in the last 365 s, the far end of the scale."""
+    freed = [None, None, 300.0, 120.0, 40.0, 10.0, 2.0]
+    times = [0.34, 0.35, 0.36, 0.41, 0.48, 0.55, 0.64]
+    runs = [
+        {"stack": "disk", "workload": "metadata", "status": "ok", "warmup": 0, "wall_s": wall}
+        | {"facts": {"inode_group_freed_s_ago": ago}}
+        for wall, ago in zip(times, freed, strict=True)
+    ]
+    [note] = covariates.notes(runs)
+    assert note.startswith("disk/metadata: its runs took shorter the more seconds since a trial ended near")
+    assert "Spearman rho -" in note and "7 runs" in note and "2 to 365 s" in note

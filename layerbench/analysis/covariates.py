@@ -21,7 +21,19 @@ MIN_RUNS = 5
 class Covariate:
     fact: str  # the run's fact that holds it
     words: str  # what it is, for the note
-    unit: str  # "KiB" (shown in MiB)
+    unit: str  # "KiB" (shown in MiB) or "s"
+    absent: float | None = None  # the value a null fact stands for (None: the run is left out)
+
+    def value(self, facts: dict[str, Any]) -> float | None:
+        if self.fact not in facts:
+            return None
+        found = facts[self.fact]
+        return float(found) if found is not None else self.absent
+
+    def spread(self, low: float, high: float) -> str:
+        if self.unit == "KiB":
+            return f"{low / 1024:.0f} to {high / 1024:.0f} MiB"
+        return f"{low:.0f} to {high:.0f} {self.unit}"
 
 
 COVARIATES = (
@@ -32,6 +44,16 @@ COVARIATES = (
         "KiB",
     ),
     Covariate("mem_free_kib_before_run", "free memory before the run", "KiB"),
+    # ext4 without a journal skips the inodes freed in the last 60-360 s, one by one, for each
+    # new inode (scratch/placement.py); a trial of this run ending near the run's group is read
+    # from the placement's own bookkeeping, null beyond 365 s (counted as 365).
+    Covariate(
+        "inode_group_freed_s_ago",
+        "seconds since a trial ended near the inode group its files start in (ext4 without a "
+        "journal skips each inode freed in the last 60-360 s)",
+        "s",
+        absent=365.0,
+    ),
 )
 
 
@@ -51,7 +73,7 @@ class Association:
         return (
             f"{self.stack}/{self.workload}: its runs took {direction} the more {self.covariate.words} "
             f"(Spearman rho {self.rho:+.2f}, p {self.p_value:.2g}, {self.runs} runs; "
-            f"{self.low / 1024:.0f} to {self.high / 1024:.0f} MiB)"
+            f"{self.covariate.spread(self.low, self.high)})"
         )
 
 
@@ -65,6 +87,7 @@ def _cv(values: list[float]) -> float:
 def associations(runs: list[dict[str, Any]]) -> list[Association]:
     """Every significant (covariate, noisy cell) association among the measured ok runs."""
     from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
         if run["status"] == "ok" and not run.get("warmup"):
@@ -76,9 +99,9 @@ def associations(runs: list[dict[str, Any]]) -> list[Association]:
             continue
         for covariate in COVARIATES:
             pairs = [
-                (float(r["facts"][covariate.fact]), float(r["wall_s"]))
+                (value, float(r["wall_s"]))
                 for r in members
-                if r.get("facts", {}).get(covariate.fact) is not None
+                if (value := covariate.value(r.get("facts", {}))) is not None
             ]
             if len(pairs) < MIN_RUNS or len({x for x, _ in pairs}) < 2:
                 continue

@@ -50,14 +50,20 @@ FACTS = declare(
     Fact(
         "memory_reported_kib_before_run",
         "before",
-        "free memory (KiB) handed back to the hypervisor since the last run ended (free page "
-        "reporting)",
+        "free memory (KiB) handed back to the hypervisor since the last run ended (free page reporting)",
     ),
     Fact(
         "memory_reported_kib_during_run",
         "during",
         "free memory (KiB) handed back to the hypervisor during the run",
     ),
+    Fact(
+        "inode_group_freed_s_ago",
+        "before",
+        "seconds since a trial of this run ended near the inode group the trial's files start in "
+        "(null: none in the last 365 s; an ext4 without a journal only, scratch/placement.py)",
+    ),
+    Fact("placement_tries", "before", "trial directories made to find that group (scratch/placement.py)"),
 )
 
 
@@ -132,10 +138,15 @@ class LocalExecutor(Executor):
         clock = _Phases()
         try:
             with self.scratch.directory("trials", f"e{setting.experiment_id}-t{trial.index}") as workdir:
+                placed = self.scratch.placed
                 try:
                     result = self._run_in(trial, setting, workdir, started, clock)
                 except SetupError as exc:
                     result = TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+                if placed is not None:
+                    result.facts.update(
+                        inode_group_freed_s_ago=placed.freed_s_ago, placement_tries=placed.tries
+                    )
         finally:
             # The trial's files are gone now; their deletion is made durable here, in its own
             # teardown, not in the next trial's timed run (which still settles first).

@@ -17,8 +17,12 @@ So a trial's directory is made, its files' group probed (a probe file's inode: a
 to the first group with free inodes in its directory's flex group), and, when that group lies
 within NEARBY groups of one where a trial ended less than RECENT_S ago, made again under
 another name (Orlov starts its search from a hash of the name) up to ATTEMPTS times; the one
-kept is renamed to the trial's directory. Nothing of the run changes: only where, on the same
-file system, its files go.
+kept (the first clear one, else the one whose nearest trial ended longest ago) is renamed to
+the trial's directory. Nothing of the run changes: only where, on the same file system, its
+files go. How long before a trial had ended near the kept group is a fact of the run
+(`inode_group_freed_s_ago`, read before its clock starts), and so a covariate the reports test
+against the run's time: trials that free many inodes back to back (the budget's later rounds
+of extract and metadata) can leave no group clear on a file system of few flex groups.
 
 Measured the same way, each side after six quiet minutes (`LAYERBENCH_INODE_PLACEMENT=off`
 for the first): metadata runs in the slow mode 5 of 26 -> 0 of 26, their CV on the plain
@@ -27,6 +31,7 @@ directory 26.6 % -> 13.6 % and on the bind mount 22.1 % -> 11.7 %; the extracts'
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from layerbench.linux import mounts
@@ -86,10 +91,18 @@ class InodeGroups:
         return (inode - 1) // self.per_group
 
     def recent(self, group: int | None) -> bool:
+        return self.freed_ago(group) is not None
+
+    def freed_ago(self, group: int | None) -> float | None:
+        """Seconds since the latest trial ended within nearby groups of group, if that was
+        less than RECENT_S ago (None: no such trial)."""
         now = time.monotonic()
-        return group is not None and any(
-            abs(group - ended) <= self.nearby and until > now for ended, until in self._avoid_until.items()
-        )
+        ends = [
+            until - RECENT_S
+            for ended, until in self._avoid_until.items()
+            if group is not None and abs(group - ended) <= self.nearby and until > now
+        ]
+        return now - max(ends) if ends else None
 
     def ended(self, group: int | None) -> None:
         """A trial whose files started in group was torn down now."""
@@ -98,3 +111,23 @@ class InodeGroups:
         now = time.monotonic()
         self._avoid_until = {g: t for g, t in self._avoid_until.items() if t > now}
         self._avoid_until[group] = now + RECENT_S
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a trial's directory was kept: its files' group, the tries it took, and how long
+    before a trial had ended near that group (None: none in the last RECENT_S), a pre-run
+    figure of the run to come (read before its clock starts)."""
+
+    group: int | None
+    tries: int
+    freed_s_ago: float | None
+
+
+def best(tries: list[Placed]) -> Placed:
+    """The try to keep: the first away from every recent trial, else the one whose nearest
+    recent trial ended longest ago (ext4 forgets a freed inode sooner the older it is)."""
+    clear = [t for t in tries if t.freed_s_ago is None]
+    if clear:
+        return clear[0]
+    return max(tries, key=lambda t: t.freed_s_ago or 0.0)

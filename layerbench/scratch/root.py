@@ -33,6 +33,7 @@ class Scratch:
         self._lock_handle: TextIO | None = None
         self._dir_idents: dict[str, int] = {}
         self.inode_groups = placement.InodeGroups(self.root)
+        self.placed: placement.Placed | None = None  # the latest trial directory's placement
 
     def __enter__(self) -> "Scratch":
         return self
@@ -119,24 +120,29 @@ class Scratch:
 
     def _placed_dir(self, *parts: str) -> tuple[Path, int | None]:
         """A trial's directory whose files do not start among inodes a recent trial freed
-        (placement.py); the last try is kept if every one did. Orlov starts its search from a
-        hash of the new directory's name, so each try has a name of its own, and the one kept
-        is renamed (its inode, and so its group, stays)."""
+        (placement.py); where every try did, the one whose nearest freeing is oldest. Orlov
+        starts its search from a hash of the new directory's name, so each try has a name of
+        its own, and the one kept is renamed (its inode, and so its group, stays)."""
         final = self.new_dir(*parts)
+        self.placed = None
         if not self.inode_groups.active:
             return final, None
+        tried: dict[Path, placement.Placed] = {}
         for attempt in range(placement.ATTEMPTS):
             candidate = self.new_dir(*parts[:-1], f".{parts[-1]}.try{attempt}")
             group = self.inode_groups.group_of_files_in(candidate)
-            kept = not self.inode_groups.recent(group) or attempt == placement.ATTEMPTS - 1
-            if kept:
+            tried[candidate] = placement.Placed(group, attempt + 1, self.inode_groups.freed_ago(group))
+            if tried[candidate].freed_s_ago is None:
+                break
+        kept = placement.best(list(tried.values()))
+        for candidate, placed in tried.items():
+            if placed is kept:
                 candidate.replace(final)  # onto the empty directory, whose name stays journaled
             else:
                 candidate.rmdir()
             self.journal.done(self._dir_idents.pop(str(candidate)))
-            if kept:
-                return final, group
-        raise AssertionError("the last try is always kept")
+        self.placed = placement.Placed(kept.group, len(tried), kept.freed_s_ago)
+        return final, kept.group
 
     def _tear_down(self, path: Path) -> None:
         """Stop, unmount and delete what is under a directory, then close its journal entry.
