@@ -1,4 +1,7 @@
-"""scratch/placement.py: how long ago a trial ended near a group, and which try is kept."""
+"""scratch/placement.py: how long ago a trial ended in a group's flex group, which try is
+kept, and what the next run on the scratch root learns of this one."""
+
+from pathlib import Path
 
 import pytest
 
@@ -6,26 +9,46 @@ from layerbench.scratch import placement
 from layerbench.scratch.placement import InodeGroups, Placed
 
 
-def _groups(monkeypatch: pytest.MonkeyPatch, clock: list[float], nearby: int = 2) -> InodeGroups:
-    monkeypatch.setattr(placement.time, "monotonic", lambda: clock[0])
-    groups = InodeGroups.__new__(InodeGroups)
-    groups.per_group, groups.nearby, groups._avoid_until = 8192, nearby, {}
-    return groups
+def _groups(monkeypatch: pytest.MonkeyPatch, clock: list[float], root: Path, span: int = 16) -> InodeGroups:
+    """An InodeGroups as on an ext4 of 2,048 groups without a journal, on a scripted clock."""
+    monkeypatch.setattr(placement.time, "time", lambda: clock[0])
+    monkeypatch.setattr(placement, "_no_journal_ext4", lambda root: (128 * span, 8192))
+    return InodeGroups(root)
 
 
-def test_freed_ago_is_the_latest_nearby_end_within_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_freed_ago_is_the_latest_end_in_the_same_flex_group(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     clock = [1000.0]
-    groups = _groups(monkeypatch, clock)
-    groups.ended(10)
+    groups = _groups(monkeypatch, clock, tmp_path)
+    groups.ended(17)  # flex group 16-31
     clock[0] = 1100.0
-    groups.ended(12)
+    groups.ended(30)
     clock[0] = 1130.0
-    assert groups.freed_ago(11) == 30.0  # group 12 ended 30 s ago, group 10 130 s ago
-    assert groups.freed_ago(9) == 130.0  # only group 10 is within 2
-    assert groups.freed_ago(20) is None and groups.freed_ago(None) is None
+    assert groups.freed_ago(16) == 30.0 and groups.freed_ago(31) == 30.0
+    assert groups.freed_ago(15) is None and groups.freed_ago(32) is None and groups.freed_ago(None) is None
+    clock[0] = 1100.0 + placement.RECENT_S + 1
+    assert groups.freed_ago(20) is None  # ext4 has forgotten those inodes by now
+    assert not groups.recent(20)
+
+
+def test_the_next_run_on_the_scratch_root_keeps_away_from_this_ones_groups(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clock = [1000.0]
+    _groups(monkeypatch, clock, tmp_path).ended(40)
+    clock[0] = 1050.0
+    later = _groups(monkeypatch, clock, tmp_path)
+    assert later.freed_ago(47) == 50.0
+    later.forget_if_expired()
+    assert (tmp_path / placement.STATE).exists()  # still to be avoided
     clock[0] = 1000.0 + placement.RECENT_S + 1
-    assert groups.freed_ago(9) is None  # ext4 has forgotten group 10's inodes by now
-    assert groups.recent(12) and not groups.recent(9)
+    last = _groups(monkeypatch, clock, tmp_path)
+    assert last.freed_ago(47) is None
+    last.forget_if_expired()
+    assert not (tmp_path / placement.STATE).exists()
+    (tmp_path / placement.STATE).write_text("{not json")
+    assert _groups(monkeypatch, clock, tmp_path).freed_ago(47) is None  # unreadable: nothing known
 
 
 def test_the_first_clear_try_is_kept_else_the_one_freed_longest_ago() -> None:

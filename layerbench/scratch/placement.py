@@ -15,20 +15,22 @@ group with the fewest directories, which a trial just emptied is.
 
 So a trial's directory is made, its files' group probed (a probe file's inode: a file goes
 to the first group with free inodes in its directory's flex group), and, when that group lies
-within NEARBY groups of one where a trial ended less than RECENT_S ago, made again under
-another name (Orlov starts its search from a hash of the name) up to ATTEMPTS times; the one
-kept (the first clear one, else the one whose nearest trial ended longest ago) is renamed to
-the trial's directory. Nothing of the run changes: only where, on the same file system, its
-files go. How long before a trial had ended near the kept group is a fact of the run
-(`inode_group_freed_s_ago`, read before its clock starts), and so a covariate the reports test
-against the run's time: trials that free many inodes back to back (the budget's later rounds
-of extract and metadata) can leave no group clear on a file system of few flex groups.
+in a flex group where a trial ended less than RECENT_S ago, made again under another name
+(Orlov starts its search from a hash of the name, and each try's name is random: the same
+names in every new results file put each trial where the run before had just freed its
+inodes) up to ATTEMPTS times; the one kept (the first clear one, else the one freed longest
+ago) is renamed to the trial's directory. The flex groups to avoid outlive the run in the
+scratch root (STATE), so the next run on it keeps away from them too. Nothing of the run
+changes: only where, on the same file system, its files go. How long before a trial had
+ended in the kept flex group is a fact of the run (`inode_group_freed_s_ago`, read before its
+clock starts), and a covariate the reports test against the run's time.
 
 Measured the same way, each side after six quiet minutes (`LAYERBENCH_INODE_PLACEMENT=off`
 for the first): metadata runs in the slow mode 5 of 26 -> 0 of 26, their CV on the plain
 directory 26.6 % -> 13.6 % and on the bind mount 22.1 % -> 11.7 %; the extracts' slow runs
 (3 and 4 of 26) come from elsewhere and stayed."""
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -37,13 +39,18 @@ from pathlib import Path
 from layerbench.linux import mounts
 
 RECENT_S = 365.0  # ext4's RECENTCY_MIN + RECENTCY_DIRTY (60 + 300 s) and a margin
-# A trial's files spread from its directory's group over the next ones (a group per
-# subdirectory of 1,000 files: 20,000 files took groups g to g+9 of 2,048 here); a small
-# file system keeps away from the group alone.
-NEARBY = 16
-NEARBY_SHARE = 1 / 128  # of the groups: 16 of 2,048
+# A trial's files stay in its directory's flex group (its subdirectories start in the flex
+# group of their parent): 20,000 files in 20 directories took groups 1873 to 1879 of the flex
+# group 1872-1887 here. mke2fs makes flex groups of 16; the superblock that says so is not
+# readable here, so a block of FLEX groups stands for one, and a small file system (a test's
+# image of 32 groups without flex_bg) keeps away from the group alone.
+FLEX = 16
+FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
 ATTEMPTS = 8
 SWITCH = "LAYERBENCH_INODE_PLACEMENT"  # "off": trials go where Orlov puts them (to measure it)
+# The blocks trials ended in, with when each may be used again (epoch seconds), kept in the
+# scratch root for the next run: the experiment after this one meets this one's freed inodes.
+STATE = ".inode-groups.json"
 
 
 def _no_journal_ext4(root: Path) -> tuple[int, int] | None:
@@ -65,13 +72,24 @@ def _no_journal_ext4(root: Path) -> tuple[int, int] | None:
 
 
 class InodeGroups:
-    """The inode groups trials ended in, and until when a new trial keeps away from each."""
+    """The blocks of inode groups trials ended in, and until when a new trial keeps away from
+    each; what the runs before on this scratch root left is read from its STATE file."""
 
     def __init__(self, root: Path) -> None:
         found = None if os.environ.get(SWITCH) == "off" else _no_journal_ext4(root)
         self.per_group = found[1] if found else None
-        self.nearby = min(NEARBY, int(found[0] * NEARBY_SHARE)) if found else 0
-        self._avoid_until: dict[int, float] = {}
+        self.span = max(1, min(FLEX, int(found[0] * FLEX_SHARE))) if found else 1
+        self.state = root / STATE
+        self._avoid_until: dict[int, float] = self._load() if found else {}
+
+    def _load(self) -> dict[int, float]:
+        """The blocks still to avoid; an unreadable file counts as none (it only helps)."""
+        try:
+            stored = json.loads(self.state.read_text())
+            now = time.time()
+            return {int(block): float(until) for block, until in stored.items() if float(until) > now}
+        except (OSError, ValueError, AttributeError, TypeError):
+            return {}
 
     @property
     def active(self) -> bool:
@@ -94,23 +112,29 @@ class InodeGroups:
         return self.freed_ago(group) is not None
 
     def freed_ago(self, group: int | None) -> float | None:
-        """Seconds since the latest trial ended within nearby groups of group, if that was
-        less than RECENT_S ago (None: no such trial)."""
-        now = time.monotonic()
-        ends = [
-            until - RECENT_S
-            for ended, until in self._avoid_until.items()
-            if group is not None and abs(group - ended) <= self.nearby and until > now
-        ]
-        return now - max(ends) if ends else None
+        """Seconds since the latest trial ended in group's block, if that was less than
+        RECENT_S ago (None: no such trial)."""
+        if group is None:
+            return None
+        until = self._avoid_until.get(group // self.span, 0.0)
+        now = time.time()
+        return now - (until - RECENT_S) if until > now else None
 
     def ended(self, group: int | None) -> None:
         """A trial whose files started in group was torn down now."""
         if group is None:
             return
-        now = time.monotonic()
-        self._avoid_until = {g: t for g, t in self._avoid_until.items() if t > now}
-        self._avoid_until[group] = now + RECENT_S
+        now = time.time()
+        self._avoid_until = {b: t for b, t in self._avoid_until.items() if t > now}
+        self._avoid_until[group // self.span] = now + RECENT_S
+        written = self.state.with_suffix(".tmp")
+        written.write_text(json.dumps(self._avoid_until))
+        written.replace(self.state)
+
+    def forget_if_expired(self) -> None:
+        """The STATE file goes once nothing in it is to be avoided any more."""
+        if self.active and not self._load():
+            self.state.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

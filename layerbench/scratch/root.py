@@ -4,6 +4,7 @@ managers through which every resource of a run is made (journaled before it exis
 import contextlib
 import fcntl
 import os
+import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,6 +79,7 @@ class Scratch:
         """After a clean finish: an empty journal, and no empty directory of the trials or
         of the sentinel's probes, remain."""
         self.journal.reset_if_clean()
+        self.inode_groups.forget_if_expired()
         for parent in ("trials", "sentinel"):
             with contextlib.suppress(OSError):
                 (self.root / parent).rmdir()
@@ -129,7 +131,10 @@ class Scratch:
             return final, None
         tried: dict[Path, placement.Placed] = {}
         for attempt in range(placement.ATTEMPTS):
-            candidate = self.new_dir(*parts[:-1], f".{parts[-1]}.try{attempt}")
+            # A name of its own per try and per run: the same names (experiment 1's trial 5 in
+            # every new results file) made Orlov put each trial where the one of the run before
+            # had just freed its inodes, which this run's bookkeeping does not know.
+            candidate = self.new_dir(*parts[:-1], f".{parts[-1]}.try{attempt}-{secrets.token_hex(4)}")
             group = self.inode_groups.group_of_files_in(candidate)
             tried[candidate] = placement.Placed(group, attempt + 1, self.inode_groups.freed_ago(group))
             if tried[candidate].freed_s_ago is None:
