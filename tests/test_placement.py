@@ -55,3 +55,13 @@ def test_the_first_clear_try_is_kept_else_the_one_freed_longest_ago() -> None:
     tries = [Placed(3, 1, 20.0), Placed(40, 2, None), Placed(7, 3, None)]
     assert placement.best(tries).group == 40
     assert placement.best([Placed(3, 1, 20.0), Placed(9, 2, 300.0), Placed(5, 3, 2.0)]).group == 9
+
+
+def test_a_state_that_cannot_be_written_fails_no_teardown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / placement.STATE).mkdir()  # in its way: replacing it fails
+    groups = _groups(monkeypatch, [1000.0], tmp_path)
+    groups.ended(3)
+    assert groups.recent(3)  # still known to this run
+    assert sorted(p.name for p in tmp_path.iterdir()) == [placement.STATE]  # no .tmp left

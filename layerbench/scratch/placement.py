@@ -128,8 +128,11 @@ class InodeGroups:
         self._avoid_until = {b: t for b, t in self._avoid_until.items() if t > now}
         self._avoid_until[group // self.span] = now + RECENT_S
         written = self.state.with_suffix(".tmp")
-        written.write_text(json.dumps(self._avoid_until))
-        written.replace(self.state)
+        try:  # only a help to the next run: a full disk must not fail this trial's teardown
+            written.write_text(json.dumps(self._avoid_until))
+            written.replace(self.state)
+        except OSError:
+            written.unlink(missing_ok=True)
 
     def forget_if_expired(self) -> None:
         """The STATE file goes once nothing in it is to be avoided any more."""
