@@ -136,7 +136,7 @@ class InodeGroups:
 
     def forget_if_expired(self) -> None:
         """The STATE file goes once nothing in it is to be avoided any more."""
-        if self.active and not self._load():
+        if self.active and not any(until > time.time() for until in self._avoid_until.values()):
             self.state.unlink(missing_ok=True)
 
 
