@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from helpers import REPO
 
+from layerbench.executors import local as _declares_the_harness_facts  # noqa: F401
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan

@@ -39,9 +39,11 @@ from pathlib import Path
 from layerbench.linux import mounts
 
 RECENT_S = 365.0  # ext4's RECENTCY_MIN + RECENTCY_DIRTY (60 + 300 s) and a margin
-# A trial's files stay in its directory's flex group (its subdirectories start in the flex
-# group of their parent): 20,000 files in 20 directories took groups 1873 to 1879 of the flex
-# group 1872-1887 here. mke2fs makes flex groups of 16; the superblock that says so is not
+# A trial's files start in its directory's flex group, which the probe sees: 20,000 files in
+# 20 directories once took groups 1873 to 1879 of the flex group 1872-1887 here, but another
+# time spread over 2 to 13 flex groups (each directory a step further; traced with
+# ext4:ext4_allocate_inode, docs/statistics.md), of which only the first is kept clear.
+# mke2fs makes flex groups of 16; the superblock that says so is not
 # readable here, so a block of FLEX groups stands for one, and a small file system (a test's
 # image of 32 groups without flex_bg) keeps away from the group alone.
 FLEX = 16

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""How long a run should be: the same workload at several sizes, and how soon each size
+would decide its comparisons, in seconds of experiment.
+
+    python3 -m layerbench run bench/run-length.toml --db run-length.db --quiet
+    python3 bench/run_length.py --db run-length.db [--experiment ID]   # default: the latest
+
+A run's noise on a small VM is many small delays of its own: if they were independent, a
+run five times longer would have a spread (the standard deviation of its log elapsed time)
+about sqrt(5) smaller, and one long run would tell as much as five short ones; but each
+trial also pays its untimed work (build, prepare, settle, teardown) once. For each workload
+of the experiment (the plan runs one workload at several sizes) this prints each stack's
+median, CV and log spread; the spread of the per-repetition log ratios against the baseline
+(pairing helps only where neighbours in time share their noise); the verdict at the plan's
+design and, where inconclusive, its "about N repetitions would decide it"; and what those N
+would cost: N times the two stacks' medians (timed) plus N times their mean untimed time per
+trial (from the runs' `phase_*_s` facts and settle wait). Prints Markdown."""
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from layerbench import stats  # noqa: E402
+from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.executors import local as _declares_the_phase_facts  # noqa: E402, F401
+from layerbench.store import Store, locate  # noqa: E402
+
+UNTIMED_FACTS = (
+    "phase_build_s",
+    "phase_prepare_s",
+    "phase_warm_memory_s",
+    "phase_around_run_s",
+    "phase_teardown_s",
+)
+
+
+def _untimed(runs: list[dict[str, Any]]) -> float:
+    """Mean seconds of a trial outside its timed run."""
+    totals = [sum(float(r["facts"].get(name) or 0.0) for name in UNTIMED_FACTS) for r in runs]
+    return statistics.fmean(totals) if totals else math.nan
+
+
+def _log_sd(values: list[float]) -> float:
+    return statistics.stdev([math.log(v) for v in values]) if len(values) > 2 else math.nan
+
+
+def _paired_sd(runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> float:
+    own = {r["rep"]: r["wall_s"] for r in runs}
+    reference = {r["rep"]: r["wall_s"] for r in base}
+    logs = [math.log(own[rep] / reference[rep]) for rep in sorted(own.keys() & reference.keys())]
+    return statistics.stdev(logs) if len(logs) > 2 else math.nan
+
+
+def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> list[str]:
+    """The table's lines: one per (workload, stack other than the baseline)."""
+    groups = stats.measured(runs)
+    workloads = list(dict.fromkeys(r["workload"] for r in runs))
+    stacks = list(dict.fromkeys(r["stack"] for r in runs))
+    summaries = stats.summaries(runs, baseline, stacks, workloads, ["wall_s"], design=design)
+    lines = []
+    for row in summaries:
+        if row.stack == baseline or not row.n:
+            continue
+        own, base = groups[(row.stack, row.workload)], groups[(baseline, row.workload)]
+        walls = [r["wall_s"] for r in own]
+        base_walls = [r["wall_s"] for r in base]
+        median, base_median = statistics.median(walls), statistics.median(base_walls)
+        per_rep = median + base_median + _untimed(own) + _untimed(base)
+        if row.decision == "inconclusive" and row.reps_to_decide:
+            need = f"{row.reps_to_decide} reps, {row.reps_to_decide * per_rep:.0f} s"
+        else:
+            need = "-"
+        lines.append(
+            f"| {row.workload} | {base_median:.3f} s, {median:.3f} s "
+            f"| {stats.describe('', '', 'wall_s', base_walls).cv:.1%}, {row.cv:.1%} "
+            f"| {_log_sd(base_walls):.3f}, {_log_sd(walls):.3f} | {_paired_sd(own, base):.3f} "
+            f"| {_untimed(base):.2f} s, {_untimed(own):.2f} s "
+            f"| x{row.ratio:.2f} [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] {row.decision} | {need} |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="run-length.db")
+    parser.add_argument("--experiment", type=int, help="an experiment's id (default: the latest)")
+    args = parser.parse_args()
+    try:
+        store = Store(locate(args.db), read_only=True)
+    except UserError as exc:
+        print(f"run_length: {exc}", file=sys.stderr)
+        return 2
+    try:
+        history = store.history()
+        if not history:
+            print(f"run_length: no experiment in {args.db}", file=sys.stderr)
+            return 2
+        ident = args.experiment if args.experiment is not None else max(r.id for r in history)
+        if ident not in {r.id for r in history}:
+            print(f"run_length: no experiment {ident} in {args.db}", file=sys.stderr)
+            return 2
+        experiment = store.experiment(ident)
+        runs = store.runs(ident)
+    finally:
+        store.close()
+    design = stats.Design.of_plan(experiment.plan)
+    print(f"Run length, experiment {ident} ({args.db}), each stack against {experiment.baseline}\n")
+    print(
+        "| workload | median (baseline, stack) | CV | log sd | paired log-ratio sd "
+        "| untimed per trial | ratio [interval] verdict | to decide: reps, experiment time |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows(runs, experiment.baseline, design)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
