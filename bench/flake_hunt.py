@@ -4,6 +4,7 @@ and print how often each test passed, the slowest tests and the total time.
 
     python3 bench/flake_hunt.py [--rounds 10] [--modules tests/e2e] [--neighbour both|alone|busy]
                                 [--scratch /var/tmp/layerbench-flakes] [--out FILE.md]
+                                [--ledger FILE.jsonl]
 
 A round runs every module once in its own pytest process (its own test root under the
 scratch root, its results read from a JUnit XML file), in a shuffled order. Beside the
@@ -11,12 +12,19 @@ neighbour, `stress-ng` (Debian's package) runs for the module's whole run: one C
 (the other core is the tests'), one I/O worker (sync(2) in a loop) and one disk writer with
 its files under the scratch root; it is bounded by `--timeout` and stopped with the module.
 
+With `--ledger`, every module's run is also appended to a JSON-lines file as it ends (the
+commit it ran, the condition, each test's outcome), and the table counts every run the ledger
+holds: a hunt too long for one sitting is done in parts, and a hunt stopped halfway keeps what
+it ran. `--rounds 0 --ledger FILE` prints the ledger's table without running anything.
+
 A failed test is never run again to turn it green: every run of every test is counted as it
 came out. Exits 1 if any test failed or errored in any run. Needs root (as the suite does).
 """
 
 import argparse
 import contextlib
+import datetime
+import json
 import os
 import random
 import shutil
@@ -160,12 +168,63 @@ def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
     return found
 
 
+@dataclass(frozen=True)
+class ModuleRun:
+    """One pytest process of one module under one condition: a line of the ledger."""
+
+    commit: str
+    condition: str
+    module: str
+    took: float
+    tests: list[tuple[str, str, float, str]]
+
+    def line(self) -> str:
+        at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        return json.dumps({"at": at, **self.__dict__}) + "\n"
+
+
+def commit() -> str:
+    """The checkout's commit, marked when its tracked files differ from it."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode != 0
+    return (head or "unknown") + ("-dirty" if dirty else "")
+
+
+def read_ledger(ledger: Path) -> list[ModuleRun]:
+    """Every module run a ledger holds; a line that is not one is an error naming it."""
+    found = []
+    for number, text in enumerate(ledger.read_text().splitlines(), start=1):
+        try:
+            entry = json.loads(text)
+            found.append(
+                ModuleRun(
+                    commit=str(entry["commit"]),
+                    condition=str(entry["condition"]),
+                    module=str(entry["module"]),
+                    took=float(entry["took"]),
+                    tests=[(str(t), str(o), float(s), str(m)) for t, o, s, m in entry["tests"]],
+                )
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            print(f"flake_hunt: {ledger}:{number}: not a module run ({error})", file=sys.stderr)
+            raise SystemExit(2) from None
+    return found
+
+
 def hunt(
-    selected: list[Path], rounds: int, conditions: list[str], scratch: Path, timeout: float
-) -> tuple[dict[tuple[str, str], Outcomes], float]:
-    results: dict[tuple[str, str], Outcomes] = defaultdict(Outcomes)
+    selected: list[Path],
+    rounds: int,
+    conditions: list[str],
+    scratch: Path,
+    timeout: float,
+    ledger: Path | None = None,
+) -> tuple[list[ModuleRun], float]:
+    runs: list[ModuleRun] = []
     started = time.monotonic()
     order = random.Random(1)
+    checkout = commit()
     for number in range(1, rounds + 1):
         for condition in conditions:
             shuffled = list(selected)
@@ -174,27 +233,40 @@ def hunt(
                 around = neighbour(scratch) if condition == "busy" else contextlib.nullcontext()
                 with around:
                     tests, took = run_module(module, scratch, timeout)
+                ran = ModuleRun(checkout, condition, str(module.relative_to(REPO)), took, tests)
+                runs.append(ran)
+                if ledger is not None:
+                    with ledger.open("a") as out:
+                        out.write(ran.line())
                 bad = sum(1 for _, outcome, _, _ in tests if outcome == "failed")
                 print(
-                    f"round {number}/{rounds} {condition:5} {module.relative_to(REPO)}: "
+                    f"round {number}/{rounds} {condition:5} {ran.module}: "
                     f"{len(tests)} tests, {bad} failed, {took:.0f} s",
                     file=sys.stderr,
                     flush=True,
                 )
-                for test, outcome, seconds, message in tests:
-                    seen = results[(test, condition)]
-                    if outcome == "passed":
-                        seen.passed += 1
-                    elif outcome == "skipped":
-                        seen.skipped += 1
-                    else:
-                        seen.failed += 1
-                        seen.messages.append(message)
-                    seen.seconds.append(seconds)
-    return results, time.monotonic() - started
+    return runs, time.monotonic() - started
 
 
-def table(results: dict[tuple[str, str], Outcomes], conditions: list[str], total_s: float) -> str:
+def tally(runs: list[ModuleRun]) -> dict[tuple[str, str], Outcomes]:
+    """Every test's outcomes per condition, over the module runs given."""
+    results: dict[tuple[str, str], Outcomes] = defaultdict(Outcomes)
+    for ran in runs:
+        for test, outcome, seconds, message in ran.tests:
+            seen = results[(test, ran.condition)]
+            if outcome == "passed":
+                seen.passed += 1
+            elif outcome == "skipped":
+                seen.skipped += 1
+            else:
+                seen.failed += 1
+                seen.messages.append(message)
+            seen.seconds.append(seconds)
+    return results
+
+
+def table(runs: list[ModuleRun], conditions: list[str], total_s: float) -> str:
+    results = tally(runs)
     tests = sorted({test for test, _ in results})
     header = "| test | " + " | ".join(f"passed {c}" for c in conditions) + " | first failure |"
     lines = [header, "|---|" + "---|" * len(conditions) + "---|"]
@@ -208,7 +280,7 @@ def table(results: dict[tuple[str, str], Outcomes], conditions: list[str], total
             )
         messages = [m for c in conditions if (test, c) in results for m in results[(test, c)].messages]
         lines.append(f"| {test} | " + " | ".join(cells) + f" | {messages[0] if messages else ''} |")
-    runs = sum(seen.ran for seen in results.values())
+    count = sum(seen.ran for seen in results.values())
     failures = sum(seen.failed for seen in results.values())
     slowest = sorted(
         (
@@ -220,8 +292,10 @@ def table(results: dict[tuple[str, str], Outcomes], conditions: list[str], total
     )[:10]
     lines += [
         "",
-        f"{len(tests)} tests, {runs} runs, {failures} failed or errored, {len(flaky)} tests flaky; "
+        f"{len(tests)} tests, {count} runs, {failures} failed or errored, {len(flaky)} tests flaky; "
         f"total {total_s / 60:.1f} min",
+        "",
+        "Commits: " + ", ".join(sorted({ran.commit for ran in runs})),
         "",
         "Slowest tests (median seconds of a run):",
         "",
@@ -238,25 +312,33 @@ def main() -> int:
     parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-flakes"))
     parser.add_argument("--timeout", type=float, default=1500, help="seconds one module may take")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    parser.add_argument("--ledger", type=Path, help="append each module's run here; count all it holds")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("flake_hunt: the suite's end-to-end tests need root", file=sys.stderr)
         return 2
-    if args.rounds < 1:
-        print("flake_hunt: --rounds must be at least 1", file=sys.stderr)
+    if args.rounds < 0 or (args.rounds == 0 and args.ledger is None):
+        print("flake_hunt: --rounds must be at least 1 (0 only with --ledger)", file=sys.stderr)
         return 2
+    earlier = read_ledger(args.ledger) if args.ledger and args.ledger.exists() else []
     conditions = ["alone", "busy"] if args.neighbour == "both" else [args.neighbour]
     args.scratch.mkdir(parents=True, exist_ok=True)
     try:
-        results, total = hunt(modules(args.modules), args.rounds, conditions, args.scratch, args.timeout)
+        runs, total = hunt(
+            modules(args.modules), args.rounds, conditions, args.scratch, args.timeout, args.ledger
+        )
     finally:
         with contextlib.suppress(OSError):
             args.scratch.rmdir()  # only when empty: never a directory that holds anything else
-    text = table(results, conditions, total)
+    if args.ledger:
+        runs = earlier + runs
+        total = sum(ran.took for ran in runs)
+        conditions = sorted({ran.condition for ran in runs}, key=["alone", "busy"].index)
+    text = table(runs, conditions, total)
     print(text)
     if args.out:
         args.out.write_text(text)
-    return 1 if any(seen.failed for seen in results.values()) else 0
+    return 1 if any(outcome == "failed" for ran in runs for _, outcome, _, _ in ran.tests) else 0
 
 
 if __name__ == "__main__":
