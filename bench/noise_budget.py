@@ -13,7 +13,6 @@ Spearman's rho with the response, its p-value, and rho squared (the share of the
 that goes with it, alone); then the share the pre-run factors explain together (R² of a
 least-squares fit on their ranks, with the F test's p-value). Prints Markdown."""
 
-import argparse
 import math
 import sys
 from collections.abc import Callable
@@ -26,11 +25,13 @@ from scipy import stats as scipy_stats
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import stored  # noqa: E402
 
 from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.facts import registered as registered_facts  # noqa: E402
 from layerbench.executors import local as _declares_the_harness_facts  # noqa: E402, F401
-from layerbench.store import Store, locate  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -147,27 +148,13 @@ def budget(runs: list[dict[str, Any]], workload: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default="layerbench.db")
-    parser.add_argument("--experiment", type=int, help="an experiment's id (default: the latest)")
-    args = parser.parse_args()
+    args = stored.arguments(__doc__.splitlines()[0], "layerbench.db")
     try:
-        store = Store(locate(args.db), read_only=True)
+        experiment, runs = stored.experiment(args.db, args.experiment)
     except UserError as exc:
         print(f"noise_budget: {exc}", file=sys.stderr)
         return 2
-    try:
-        history = store.history()
-        if not history:
-            print(f"noise_budget: no experiment in {args.db}", file=sys.stderr)
-            return 2
-        ident = args.experiment if args.experiment is not None else max(r.id for r in history)
-        if ident not in {r.id for r in history}:
-            print(f"noise_budget: no experiment {ident} in {args.db}", file=sys.stderr)
-            return 2
-        runs = sorted(store.runs(ident), key=lambda run: run["trial"])
-    finally:
-        store.close()
+    ident = experiment.id
     previous_teardown = None
     for run in runs:  # the trial before in the experiment's order: what it left to delete
         run["_previous_teardown_s"] = previous_teardown

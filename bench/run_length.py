@@ -16,7 +16,6 @@ design and, where inconclusive, its "about N repetitions would decide it"; and w
 would cost: N times the two stacks' medians (timed) plus N times their mean untimed time per
 trial (from the runs' `phase_*_s` facts and settle wait). Prints Markdown."""
 
-import argparse
 import math
 import statistics
 import sys
@@ -25,11 +24,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import stored  # noqa: E402
 
 from layerbench import stats  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.executors import local as _declares_the_phase_facts  # noqa: E402, F401
-from layerbench.store import Store, locate  # noqa: E402
 
 UNTIMED_FACTS = (
     "phase_build_s",
@@ -87,28 +88,13 @@ def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> lis
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default="run-length.db")
-    parser.add_argument("--experiment", type=int, help="an experiment's id (default: the latest)")
-    args = parser.parse_args()
+    args = stored.arguments(__doc__.splitlines()[0], "run-length.db")
     try:
-        store = Store(locate(args.db), read_only=True)
+        experiment, runs = stored.experiment(args.db, args.experiment)
     except UserError as exc:
         print(f"run_length: {exc}", file=sys.stderr)
         return 2
-    try:
-        history = store.history()
-        if not history:
-            print(f"run_length: no experiment in {args.db}", file=sys.stderr)
-            return 2
-        ident = args.experiment if args.experiment is not None else max(r.id for r in history)
-        if ident not in {r.id for r in history}:
-            print(f"run_length: no experiment {ident} in {args.db}", file=sys.stderr)
-            return 2
-        experiment = store.experiment(ident)
-        runs = store.runs(ident)
-    finally:
-        store.close()
+    ident = experiment.id
     design = stats.Design.of_plan(experiment.plan)
     print(f"Run length, experiment {ident} ({args.db}), each stack against {experiment.baseline}\n")
     print(

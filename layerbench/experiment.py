@@ -72,13 +72,13 @@ class Experiment:
             raise UserError(f"experiment {experiment_id} is complete; nothing to resume")
         if record.status == "running":
             raise UserError(f"experiment {experiment_id} is still running (pid {record.pid})")
-        options = record.plan.get("run_options", {})
+        options = record.plan.run_options
         plan = parse_plan(
             record.plan_text,
             record.plan_source,
-            quick=options.get("quick", False),
-            reps=options.get("reps"),
-            budget=options.get("budget"),
+            quick=options.quick,
+            reps=options.reps,
+            budget=options.budget,
         )
         experiment = cls(
             plan, store, executor, seed=record.seed, fleet=record.fleet, host_name=record.host_name
@@ -223,7 +223,7 @@ class Experiment:
             baseline=self.plan.baseline,
             stacks=list(self.plan.stacks),
             workloads=list(self.plan.workloads),
-            design=stats.Design.of_plan(self.plan.as_dict()),
+            design=stats.Design.of_plan(self.plan),
             max_reps=self.plan.max_reps,
             seed=self.seed,
         )
@@ -249,7 +249,7 @@ class Experiment:
             target=self.plan.target_ci,
             max_reps=self.plan.max_reps,
             seed=self.seed,
-            design=stats.Design.of_plan(self.plan.as_dict()),
+            design=stats.Design.of_plan(self.plan),
         )
         self.store.set_experiment_fact(self.id, adaptive.FACT, state)
         # A resumed experiment may already hold runs of rounds added before it stopped.

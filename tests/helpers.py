@@ -41,7 +41,7 @@ def new_experiment(store: Any, **fields: Any) -> int:
 
 def experiment_record(**fields: Any) -> Any:
     """A stored experiment's record as the store reads it back, with the fewest fields."""
-    from layerbench.store import ExperimentRecord
+    from layerbench.store import ExperimentRecord, StoredPlan
 
     defaults: dict[str, Any] = {
         "id": 1,
@@ -59,7 +59,9 @@ def experiment_record(**fields: Any) -> Any:
         "warnings": [],
         "version": "0",
     }
-    return ExperimentRecord(**(defaults | fields))
+    record = defaults | fields
+    record["plan"] = StoredPlan.model_validate(record["plan"])  # a plan given as the store's JSON
+    return ExperimentRecord(**record)
 
 
 def run_row(fill: float = 1, **fields: Any) -> dict[str, Any]:

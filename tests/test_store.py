@@ -159,3 +159,38 @@ def test_a_file_from_a_newer_layerbench_is_refused_with_one_line(tmp_path: Path)
     connection.close()
     with pytest.raises(UserError, match=r"written by a newer layerbench \(schema 99"):
         Store(path)
+
+
+def test_the_stored_plan_reads_back_typed_and_an_older_one_with_its_defaults(store_location: str) -> None:
+    """The plan as it ran comes back typed; a plan an older layerbench stored (no design keys,
+    no run options) reads with the defaults that version behaved as; a key this version does
+    not know is kept for the export, which adds none."""
+    from layerbench import stats
+    from layerbench.store import StoredPlan
+
+    store = Store(store_location)
+    stored = {
+        "stacks": {"a": [], "b": [{"kind": "bind"}]},
+        "workloads": {"w": {"kind": "metadata", "files": 10}},
+        "reps": 3,
+        "order": "sequential",
+        "equivalence": 0.1,
+        "run_options": {"quick": True, "reps": 3, "budget": None},
+        "a_key_of_a_newer_version": [1, 2],
+    }
+    new = new_experiment(store, plan=stored)
+    old = new_experiment(store, plan={"stacks": {"a": []}, "workloads": {"w": {"kind": "extract"}}})
+    plan, older = store.experiment(new).plan, store.experiment(old).plan
+    store.close()
+    assert (
+        isinstance(plan, StoredPlan) and list(plan.stacks) == ["a", "b"] and plan.kind_of("w") == "metadata"
+    )
+    assert plan.run_options.quick and plan.run_options.reps == 3
+    assert stats.Design.of_plan(plan) == stats.Design(equivalence=0.1, paired=False)
+    assert plan.model_dump(exclude_unset=True) == stored
+    assert older.run_options.quick is False and older.reps == 0
+    assert stats.Design.of_plan(older) == stats.Design(paired=True) == stats.Design.of_plan(None)
+    assert older.model_dump(exclude_unset=True) == {
+        "stacks": {"a": []},
+        "workloads": {"w": {"kind": "extract"}},
+    }

@@ -56,7 +56,7 @@ class Side:
 
     def pairs(self) -> list[tuple[str, str]]:
         plan = self.experiment.plan
-        return [(s, w) for w in plan["workloads"] for s in plan["stacks"]]
+        return [(s, w) for w in plan.workloads for s in plan.stacks]
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,7 @@ def trend(store: Store, plan: str) -> Trend:
     the plan's newest experiment; the host facts that changed across each real step."""
     series = gather(store, plan)
     newest = max(p.experiment for one in series for p in one.points) if series else None
-    design = stats.Design.of_plan(store.experiment(newest).plan if newest is not None else {})
+    design = stats.Design.of_plan(store.experiment(newest).plan if newest is not None else None)
     found = find_steps(plan, series, design)
     for step in found.real_steps():
         step.changed = _changed(store, step.before.experiment, step.after.experiment)

@@ -47,12 +47,12 @@ class ReportData:
     def sweeps(self) -> dict[str, list[str]]:
         """Each sweep's stacks, by the stack it was written as (in the plan's order)."""
         groups: dict[str, list[str]] = {}
-        for stack, point in self.experiment.plan.get("sweeps", {}).items():
+        for stack, point in self.experiment.plan.sweeps.items():
             groups.setdefault(point["group"], []).append(stack)
         return groups
 
     def sweep_values(self, stack: str) -> dict[str, Any]:
-        return dict(self.experiment.plan.get("sweeps", {}).get(stack, {}).get("values", {}))
+        return self.experiment.plan.sweep_values(stack)
 
     def sweep_lines(self, workload: str) -> list[str]:
         """Per sweep: each value's elapsed-time ratio against the baseline, side by side."""
@@ -158,8 +158,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     experiment = store.experiment(experiment_id)
     runs = store.runs(experiment_id)
     plan = experiment.plan
-    stacks = list(plan["stacks"])
-    workloads = list(plan["workloads"])
+    stacks = list(plan.stacks)
+    workloads = list(plan.workloads)
     design = stats.Design.of_plan(plan)
     facts = experiment.facts
     rows = sequential.summaries(runs, facts, experiment.baseline, stacks, workloads, design)
@@ -174,7 +174,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         workloads,
         store.samples(experiment_id),
         store.sentinels(experiment_id),
-        marginal.marginals(runs, plan.get("increments", {}), workloads, design),
+        marginal.marginals(runs, plan.increments, workloads, design),
     )
     if experiment.fleet:
         data.fleet_ratios = _fleet_ratios(store, experiment.fleet)
@@ -205,7 +205,7 @@ def _fleet_ratios(store: Store, fleet: str) -> dict[str, dict[tuple[str, str], s
 
 
 def workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOptions]]:
-    return load_workload_kinds()[data.experiment.plan["workloads"][workload]["kind"]]
+    return load_workload_kinds()[data.experiment.plan.kind_of(workload)]
 
 
 def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, Any]]]:

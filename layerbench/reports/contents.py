@@ -476,14 +476,14 @@ def _stacks(data: ReportData) -> Section:
 def _test(data: ReportData) -> Section:
     plan = data.experiment.plan
     lines = []
-    for name, workload in plan["workloads"].items():
+    for name, workload in plan.workloads.items():
         settings = ", ".join(
             f"{k}={v}" for k, v in workload.items() if k != "kind" and v not in (None, "", [])
         )
         lines.append(f"{name}: {workload['kind']} ({settings})")
     lines.append(
-        f"{plan['reps']} measured runs per stack and workload after {plan['warmup']} warm-up, "
-        f"{plan['order']} order, seed {data.experiment.seed}; caches dropped before each run "
+        f"{plan.reps} measured runs per stack and workload after {plan.warmup} warm-up, "
+        f"{plan.order} order, seed {data.experiment.seed}; caches dropped before each run "
         '(a build with caches = "warm" starts warm: written back, not dropped).'
     )
     return Section("Test", [Lines(lines)])

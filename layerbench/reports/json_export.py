@@ -64,7 +64,7 @@ def experiment_json(data: ReportData) -> str:
             "id", "name", "status", "seed", "baseline", "started", "finished",
             "plan_source", "plan_text", "version",
         )
-        | {"plan": experiment.plan, "facts": _facts(experiment.facts)},
+        | {"plan": experiment.plan.model_dump(exclude_unset=True), "facts": _facts(experiment.facts)},
         "host": experiment.host,
         "stacks": {name: stack.as_dict() for name, stack in experiment.stacks.items()},
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
@@ -82,7 +82,7 @@ def experiment_json(data: ReportData) -> str:
         "sweeps": [
             {
                 "group": group,
-                "paths": experiment.plan["sweeps"][stacks[0]]["paths"],
+                "paths": experiment.plan.sweeps[stacks[0]]["paths"],
                 "points": [{"stack": stack, "values": data.sweep_values(stack)} for stack in stacks],
             }
             for group, stacks in data.sweeps.items()

@@ -14,7 +14,7 @@ method cannot reach the level at all with so few repetitions. Runs flagged as di
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -33,6 +33,20 @@ HEADLINE_METRIC = "wall_s"
 SIGNIFICANT = ("slower", "faster", "higher", "lower")
 
 
+class DesignedPlan(Protocol):
+    """What a plan says of how its comparisons are decided: the plan as checked
+    (plan.Plan) or as an experiment stored it (store.StoredPlan)."""
+
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def correction(self) -> str: ...
+    @property
+    def equivalence(self) -> float: ...
+    @property
+    def order(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Design:
     """How an experiment's comparisons are decided (from its plan)."""
@@ -43,13 +57,11 @@ class Design:
     paired: bool = False  # interleaved: a stack's and the baseline's runs of one repetition pair up
 
     @classmethod
-    def of_plan(cls, plan: dict[str, Any]) -> "Design":
-        return cls(
-            alpha=float(plan.get("alpha", ALPHA)),
-            correction=str(plan.get("correction", CORRECTION)),
-            equivalence=float(plan.get("equivalence", EQUIVALENCE)),
-            paired=plan.get("order", "interleaved") == "interleaved",
-        )
+    def of_plan(cls, plan: DesignedPlan | None) -> "Design":
+        """The plan's design; without a plan, the defaults."""
+        if plan is None:
+            return cls(paired=True)
+        return cls(plan.alpha, plan.correction, plan.equivalence, plan.order == "interleaved")
 
 
 @dataclass

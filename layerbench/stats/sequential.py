@@ -23,7 +23,7 @@ from the runs its look saw."""
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -238,11 +238,20 @@ def notes(facts: dict[str, Any]) -> list[str]:
     ]
 
 
+class ExperimentPlan(stats.DesignedPlan, Protocol):
+    """What these functions read of the plan an experiment ran (the store's StoredPlan)."""
+
+    @property
+    def stacks(self) -> Mapping[str, Any]: ...
+    @property
+    def workloads(self) -> Mapping[str, Any]: ...
+
+
 class StoredExperiment(Protocol):
     """What these functions read of a stored experiment (the store's ExperimentRecord)."""
 
     @property
-    def plan(self) -> dict[str, Any]: ...
+    def plan(self) -> ExperimentPlan: ...
     @property
     def baseline(self) -> str: ...
     @property
@@ -257,8 +266,8 @@ def elapsed_rows(experiment: StoredExperiment, runs: list[dict[str, Any]]) -> li
         runs,
         experiment.facts,
         experiment.baseline,
-        list(plan["stacks"]),
-        list(plan["workloads"]),
+        list(plan.stacks),
+        list(plan.workloads),
         stats.Design.of_plan(plan),
         [METRIC],  # the other metrics' rows cost 30x as much, and nothing reads them in bulk
     )

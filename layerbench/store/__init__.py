@@ -48,6 +48,7 @@ from layerbench.store.records import (
     FleetMember,
     FleetRecord,
     StackRecord,
+    StoredPlan,
 )
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
 from layerbench.store.schema import experiment_facts as facts_table
@@ -69,6 +70,7 @@ __all__ = [
     "NoResults",
     "Store",
     "StoreLost",
+    "StoredPlan",
     "Upgrade",
     "locate",
     "now",
@@ -589,6 +591,7 @@ class Store:
         )
         record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
         record["stacks"] = {name: StackRecord.stored(info) for name, info in record["stacks"].items()}
+        record["plan"] = StoredPlan.model_validate(record["plan"])
         return ExperimentRecord(**record)
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
@@ -683,11 +686,12 @@ class Store:
             statement = statement.where(e.c.id == experiment_id)
         result = []
         for record in self._read(statement):
-            host, plan = json.loads(record.pop("host_json")), json.loads(record.pop("plan_json"))
+            host = json.loads(record.pop("host_json"))
+            plan = StoredPlan.model_validate_json(record.pop("plan_json"))
             record["host"] = record["host_name"] or host.get("hostname")
             record["kernel"] = host.get("kernel")
-            record["stacks"] = list(plan.get("stacks", {}))
-            record["workloads"] = list(plan.get("workloads", {}))
+            record["stacks"] = list(plan.stacks)
+            record["workloads"] = list(plan.workloads)
             result.append(ExperimentSummary(**record))
         return result
 

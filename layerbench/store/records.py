@@ -6,6 +6,9 @@ ExperimentRecord."""
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from layerbench import stats
 from layerbench.core.facts import Fact, declare
 from layerbench.observe.measure import RunCounters
 from layerbench.plan.schedule import Trial
@@ -102,6 +105,50 @@ class TrialResult:
         return facts
 
 
+class RunOptions(BaseModel):
+    """The command line's say over the plan (`run --quick/--reps/--budget`): what a resume
+    gives the plan's text again to rebuild the very same schedule."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    quick: bool = False
+    reps: int | None = None
+    budget: str | None = None
+
+
+class StoredPlan(BaseModel):
+    """The plan as an experiment ran it (plan.Plan.as_dict(), expanded: sweeps and
+    increments made into stacks), read back typed. Not parsed again from its text: parsing
+    checks today's options and this host (archives, worlds), and a results file must read the
+    same on another machine and after an upgrade. A key that a results file of an older
+    layerbench lacks has the default that layerbench behaved as; every stored key is kept
+    (an export dumps them all)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: str = ""
+    reps: int = 0
+    warmup: int = 0
+    baseline: str = ""
+    order: str = "interleaved"
+    seed: int | None = None
+    alpha: float = stats.ALPHA
+    correction: str = stats.CORRECTION
+    equivalence: float = stats.EQUIVALENCE
+    stacks: dict[str, Any] = {}  # name -> its layers' options, bottom first
+    workloads: dict[str, dict[str, Any]] = {}  # name -> its options, "kind" among them
+    run_options: RunOptions = RunOptions()
+    sweeps: dict[str, dict[str, Any]] = {}  # stack -> its sweep's "group", "paths", "values"
+    increments: dict[str, dict[str, Any]] = {}  # stack -> the stack it adds one layer to
+
+    def kind_of(self, workload: str) -> str:
+        return str(self.workloads[workload]["kind"])
+
+    def sweep_values(self, stack: str) -> dict[str, Any]:
+        """The values a swept stack was made with (none for a stack of no sweep)."""
+        return dict(self.sweeps.get(stack, {}).get("values", {}))
+
+
 @dataclass(frozen=True)
 class ExperimentRecord:
     """A stored experiment as every reader sees it: the experiments table's columns with their
@@ -112,7 +159,7 @@ class ExperimentRecord:
     status: str
     plan_source: str
     plan_text: str
-    plan: dict[str, Any]  # the plan as it ran, expanded (the models' dump)
+    plan: StoredPlan
     seed: int
     baseline: str
     started: str
