@@ -15,7 +15,8 @@ its files under the scratch root; it is bounded by `--timeout` and stopped with 
 With `--ledger`, every module's run is also appended to a JSON-lines file as it ends (the
 commit it ran, the condition, each test's outcome), and the table counts every run the ledger
 holds: a hunt too long for one sitting is done in parts, and a hunt stopped halfway keeps what
-it ran. `--rounds 0 --ledger FILE` prints the ledger's table without running anything.
+it ran; `--minutes M` starts no module's run after M minutes, so a part ends on time with
+nothing cut short. `--rounds 0 --ledger FILE` prints the ledger's table without running anything.
 
 A failed test is never run again to turn it green: every run of every test is counted as it
 came out. Exits 1 if any test failed or errored in any run. Needs root (as the suite does).
@@ -220,6 +221,7 @@ def hunt(
     scratch: Path,
     timeout: float,
     ledger: Path | None = None,
+    minutes: float | None = None,
 ) -> tuple[list[ModuleRun], float]:
     runs: list[ModuleRun] = []
     started = time.monotonic()
@@ -230,6 +232,9 @@ def hunt(
             shuffled = list(selected)
             order.shuffle(shuffled)
             for module in shuffled:
+                if minutes is not None and time.monotonic() - started > 60 * minutes:
+                    print(f"flake_hunt: {minutes:g} minutes are up, stopping", file=sys.stderr)
+                    return runs, time.monotonic() - started
                 around = neighbour(scratch) if condition == "busy" else contextlib.nullcontext()
                 with around:
                     tests, took = run_module(module, scratch, timeout)
@@ -312,6 +317,9 @@ def main() -> int:
     parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-flakes"))
     parser.add_argument("--timeout", type=float, default=1500, help="seconds one module may take")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    parser.add_argument(
+        "--minutes", type=float, help="start no module's run after this long (the ones done count)"
+    )
     parser.add_argument("--ledger", type=Path, help="append each module's run here; count all it holds")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -325,7 +333,13 @@ def main() -> int:
     args.scratch.mkdir(parents=True, exist_ok=True)
     try:
         runs, total = hunt(
-            modules(args.modules), args.rounds, conditions, args.scratch, args.timeout, args.ledger
+            modules(args.modules),
+            args.rounds,
+            conditions,
+            args.scratch,
+            args.timeout,
+            args.ledger,
+            args.minutes,
         )
     finally:
         with contextlib.suppress(OSError):

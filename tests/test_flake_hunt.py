@@ -54,3 +54,10 @@ def test_rounds_0_without_a_ledger_is_refused(tmp_path: Path) -> None:
         [sys.executable, str(SCRIPT), "--rounds", "0"], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 2 and "0 only with --ledger" in done.stderr
+
+
+def test_a_part_whose_minutes_are_up_starts_no_module(tmp_path: Path) -> None:
+    ledger = tmp_path / "hunt.jsonl"
+    done = hunt(ledger, "--rounds", "3", "--neighbour", "alone", "--modules", MODULE, "--minutes", "0")
+    assert done.returncode == 0, done.stderr
+    assert "0 minutes are up, stopping" in done.stderr and not ledger.exists()
