@@ -41,7 +41,7 @@ def new_experiment(store: Any, **fields: Any) -> int:
 
 def experiment_record(**fields: Any) -> Any:
     """A stored experiment's record as the store reads it back, with the fewest fields."""
-    from layerbench.store import ExperimentRecord, StoredPlan
+    from layerbench.store import ExperimentRecord, HostRecord, StoredPlan
 
     defaults: dict[str, Any] = {
         "id": 1,
@@ -61,6 +61,7 @@ def experiment_record(**fields: Any) -> Any:
     }
     record = defaults | fields
     record["plan"] = StoredPlan.model_validate(record["plan"])  # a plan given as the store's JSON
+    record["host"] = HostRecord.model_validate(record["host"])  # and the host
     return ExperimentRecord(**record)
 
 

@@ -4,6 +4,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from helpers import new_experiment, run_row
 from sqlalchemy import text
 
 from layerbench.core.errors import UserError
-from layerbench.store import Store
+from layerbench.observe.sampling import Sample as SamplerSample
+from layerbench.store import SAMPLE_COLUMNS, SampleRecord, Store
 
 
 def _experiment(store: Store) -> int:
@@ -94,7 +96,8 @@ def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> 
     (stored,) = store.runs(ident)
     assert stored["write_bytes"] == 5 * 2**40 and stored["warmup"] is True
     (samples,) = store.samples(ident).values()
-    assert [s["write_bytes"] for s in samples] == [2**33, 2**33 + 1, 2**33 + 2]
+    assert [s.write_bytes for s in samples] == [2**33, 2**33 + 1, 2**33 + 2]
+    assert samples[0].dirty_bytes is None  # not written: None, never 0
     (probe,) = store.sentinels(ident)
     assert probe.parts == {"cpu": 0.6} and probe.after_trial == 0
     record = store.experiment(ident)
@@ -194,3 +197,9 @@ def test_the_stored_plan_reads_back_typed_and_an_older_one_with_its_defaults(sto
         "stacks": {"a": []},
         "workloads": {"w": {"kind": "extract"}},
     }
+
+
+def test_a_stored_sample_has_exactly_the_samplers_fields() -> None:
+    """The samples table, its read side and the sampler's Sample name the same counters."""
+    written = [f.name for f in fields(SamplerSample)]
+    assert list(SAMPLE_COLUMNS) == written == [f.name for f in fields(SampleRecord)]

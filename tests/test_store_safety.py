@@ -126,7 +126,7 @@ def test_a_read_only_store_cannot_write(store_location: str) -> None:
         new_experiment(reader)
     with pytest.raises(DBAPIError, match=r"read-?only"), reader.engine.begin() as connection:
         connection.execute(text("CREATE TABLE intruder (x INTEGER)"))
-    assert [e["id"] for e in reader.experiments()] == [ident]
+    assert [e.id for e in reader.history()] == [ident]
     with reader.engine.connect() as connection:
         assert "intruder" not in migrate.survey(connection).tables
     reader.close()

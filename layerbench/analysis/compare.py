@@ -51,7 +51,7 @@ class Side:
     @property
     def label(self) -> str:
         return (
-            f"{self.experiment.id} ({self.experiment.name}, {self.experiment.host.get('hostname')})"
+            f"{self.experiment.id} ({self.experiment.name}, {self.experiment.host.hostname})"
         )
 
     def pairs(self) -> list[tuple[str, str]]:
@@ -145,7 +145,7 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             keys = ("id", "name", "status", "started", "finished", "baseline", "fleet", "host_name")
-            return s.experiment.header(*keys) | {"db": str(s.db), "host": s.experiment.host}
+            return s.experiment.header(*keys) | {"db": str(s.db), "host": s.experiment.host.facts()}
 
         agree, compared = self.agreeing()
         return {
@@ -219,7 +219,7 @@ def compare(a: Side, b: Side) -> Comparison:
         a=a,
         b=b,
         rows=rows,
-        host_differences=host_differences(a.experiment.host, b.experiment.host),
+        host_differences=host_differences(a.experiment.host.facts(), b.experiment.host.facts()),
         only_in_a=[p for p in pairs_a if p not in pairs_b],
         only_in_b=[p for p in pairs_b if p not in pairs_a],
         plans_differ=a.experiment.plan != b.experiment.plan,

@@ -276,8 +276,8 @@ def _split(
 def _changed(store: Store, before: int, after: int) -> list[tuple[str, Any, Any]]:
     """The host facts and the layerbench version that differ between two experiments."""
     a, b = store.experiment(before), store.experiment(after)
-    facts_a = a.host | {"layerbench_version": a.version}
-    facts_b = b.host | {"layerbench_version": b.version}
+    facts_a = a.host.facts() | {"layerbench_version": a.version}
+    facts_b = b.host.facts() | {"layerbench_version": b.version}
     return host_differences(facts_a, facts_b)
 
 

@@ -14,7 +14,7 @@ from layerbench.guest import notes as guest_notes
 from layerbench.observe import durability, fsstate, noise, sentinel, tracing
 from layerbench.reports import host_state
 from layerbench.stats import adaptive, marginal, sequential
-from layerbench.store import ExperimentRecord, Store
+from layerbench.store import ExperimentRecord, HostRecord, SampleRecord, Store
 from layerbench.workloads.base import LatencyCdf, Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
@@ -27,7 +27,7 @@ class ReportData:
     warnings: list[str]
     stacks: list[str]
     workloads: list[str]
-    samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> series
+    samples: dict[int, list[SampleRecord]] = field(default_factory=dict)  # run id -> series
     sentinels: list[sentinel.Sample] = field(default_factory=list)  # the drift probes, in order
     marginals: list[marginal.Marginal] = field(default_factory=list)  # what each layer adds
     # An experiment of a fleet: each host's elapsed-time ratio per (stack, workload), by host.
@@ -319,20 +319,16 @@ def fmt_count(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def host_lines(host: dict[str, Any]) -> list[str]:
+def host_lines(host: HostRecord) -> list[str]:
     disks = (
-        ", ".join(
-            f"{d['name']} ({d['model']}, {d['scheduler']}, {format_size(d['size_bytes'])})"
-            for d in host.get("disks", [])
-        )
+        ", ".join(f"{d.name} ({d.model}, {d.scheduler}, {format_size(d.size_bytes)})" for d in host.disks)
         or "none found"
     )
-    fs = host.get("scratch_fs", {})
+    fs = host.scratch_fs
     return [
-        f"CPU: {host.get('cpu_model')} ({host.get('cpus')} CPUs), "
-        f"memory {format_size(host.get('memory_bytes', 0))}",
-        f"OS: {host.get('distribution')}, {host.get('kernel')} ({host.get('virtualization')})",
+        f"CPU: {host.cpu_model} ({host.cpus} CPUs), memory {format_size(host.memory_bytes or 0)}",
+        f"OS: {host.distribution}, {host.kernel} ({host.virtualization})",
         f"Disk: {disks}",
-        f"Scratch: {host.get('scratch_root')} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
+        f"Scratch: {host.scratch_root} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
         *([f"Scratch file system (and loop images): {state}"] if (state := fsstate.summary(fs)) else []),
     ]

@@ -512,25 +512,20 @@ def series_of(data: ReportData, stack: str, workload: str) -> plots.Series:
         return plots.Series(f"{workload}: no successful run", [], [], [], [], [])
     samples = data.samples.get(run["id"], [])
     # Steps start at the beginning of each interval, so draw from t - dt.
-    starts = [s["t_s"] - s["dt_s"] for s in samples]
+    starts = [s.t_s - s.dt_s for s in samples]
     if samples:
-        starts.append(samples[-1]["t_s"])
+        starts.append(samples[-1].t_s)
 
-    def per_second(key: str, scale: float) -> list[float]:
-        values = [s[key] / s["dt_s"] / scale if s["dt_s"] > 0 else 0.0 for s in samples]
-        return values + values[-1:]
-
-    def shares(key: str) -> list[float]:
-        values = [s[key] for s in samples]
-        return values + values[-1:]
+    def steps(values: list[float]) -> list[float]:
+        return values + values[-1:]  # the last step holds to the end
 
     return plots.Series(
         f"{workload}: rep {run['rep'] + 1}, {run['wall_s']:.2f} s (median run)",
         starts,
-        per_second("read_bytes", 1e6),
-        per_second("write_bytes", 1e6),
-        shares("cpu_busy_pct"),
-        shares("cpu_iowait_pct"),
+        steps([s.per_second(s.read_bytes) / 1e6 for s in samples]),
+        steps([s.per_second(s.write_bytes) / 1e6 for s in samples]),
+        steps([s.cpu_busy_pct or 0.0 for s in samples]),
+        steps([s.cpu_iowait_pct or 0.0 for s in samples]),
     )
 
 

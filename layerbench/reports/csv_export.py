@@ -32,7 +32,7 @@ def render_samples(data: ReportData) -> str:
                 [
                     data.experiment.id,
                     *(int(run[k]) if k == "warmup" else run[k] for k in SAMPLE_KEYS),
-                    *(sample[k] for k in SAMPLE_COLUMNS),
+                    *sample.as_dict().values(),
                 ]
             )
     return buffer.getvalue()

@@ -65,7 +65,7 @@ def experiment_json(data: ReportData) -> str:
             "plan_source", "plan_text", "version",
         )
         | {"plan": experiment.plan.model_dump(exclude_unset=True), "facts": _facts(experiment.facts)},
-        "host": experiment.host,
+        "host": experiment.host.facts(),
         "stacks": {name: stack.as_dict() for name, stack in experiment.stacks.items()},
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
         "runs": [
@@ -73,7 +73,7 @@ def experiment_json(data: ReportData) -> str:
             | {
                 "devices": run["devices"],
                 "facts": run["facts"],
-                "samples": data.samples.get(run["id"], []),
+                "samples": [s.as_dict() for s in data.samples.get(run["id"], [])],
                 "layers": decompose.layers_of_run(run),
             }
             for run in data.runs

@@ -21,7 +21,7 @@ from layerbench.reports import base as reports
 from layerbench.reports import contents
 from layerbench.reports.document import Document, Figure
 from layerbench.serve import checks, figures
-from layerbench.store import ExperimentSummary, Store
+from layerbench.store import SAMPLE_COLUMNS, ExperimentSummary, Store
 
 T = TypeVar("T")
 SORTS = ("id", "name", "host", "kernel", "status", "started", "runs")
@@ -257,9 +257,8 @@ def run(browser: Browser, run_id: int, query: QueryParams) -> View:
     for prefix in ("devices", "facts"):
         for key, value in flatten(record[prefix], f"{prefix}.").items():
             counters.add([key, value])
-    samples = browser.store.run_samples(run_id)
-    columns = list(samples[0]) if samples else ["t_s"]
-    series = Table("samples", columns, [[s.get(c) for c in columns] for s in samples], [{} for _ in samples])
+    rows = [list(s.as_dict().values()) for s in browser.store.run_samples(run_id)]
+    series = Table("samples", list(SAMPLE_COLUMNS), rows, [{} for _ in rows])
     line = reports.csh_time_line(record) if record["status"] == "ok" else None
     context = {"run": record, "csh": line}
     return View("run.html", f"run {run_id}", [counters, series], context)

@@ -47,6 +47,8 @@ from layerbench.store.records import (
     ExperimentSummary,
     FleetMember,
     FleetRecord,
+    HostRecord,
+    SampleRecord,
     StackRecord,
     StoredPlan,
 )
@@ -66,8 +68,10 @@ __all__ = [
     "ExperimentRecord",
     "ExperimentSummary",
     "FleetRecord",
+    "HostRecord",
     "Location",
     "NoResults",
+    "SampleRecord",
     "Store",
     "StoreLost",
     "StoredPlan",
@@ -218,6 +222,10 @@ def _run_record(record: dict[str, Any]) -> dict[str, Any]:
     record["facts"] = json.loads(record.pop("facts_json"))
     record["warmup"] = bool(record["warmup"])
     return record
+
+
+def _sample_record(row: Mapping[str, Any]) -> SampleRecord:
+    return SampleRecord(**{name: row[name] for name in SAMPLE_COLUMNS})
 
 
 class NoResults(UserError):
@@ -592,6 +600,7 @@ class Store:
         record["facts"] = {row["key"]: json.loads(row["value_json"]) for row in facts}
         record["stacks"] = {name: StackRecord.stored(info) for name, info in record["stacks"].items()}
         record["plan"] = StoredPlan.model_validate(record["plan"])
+        record["host"] = HostRecord.model_validate(record["host"])
         return ExperimentRecord(**record)
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
@@ -607,12 +616,12 @@ class Store:
         rows = self._read(select(table := self._runs()).where(table.c.id == run_id))
         return _run_record(rows[0]) if rows else None
 
-    def run_samples(self, run_id: int) -> list[dict[str, Any]]:
+    def run_samples(self, run_id: int) -> list[SampleRecord]:
         """One run's time series, in time order."""
         statement = (
             select(samples_table).where(samples_table.c.run_id == run_id).order_by(samples_table.c.t_s)
         )
-        return [{k: v for k, v in r.items() if k != "run_id"} for r in self._read(statement)]
+        return [_sample_record(r) for r in self._read(statement)]
 
     def run_count(self, experiment_id: int) -> int:
         with self._connection(transaction=False) as connection:
@@ -631,9 +640,9 @@ class Store:
             for r in rows
         ]
 
-    def samples(self, experiment_id: int) -> dict[int, list[dict[str, Any]]]:
+    def samples(self, experiment_id: int) -> dict[int, list[SampleRecord]]:
         """run id -> its time series, in time order."""
-        series: dict[int, list[dict[str, Any]]] = {}
+        series: dict[int, list[SampleRecord]] = {}
         statement = (
             select(samples_table)
             .join(runs := self._runs(), runs.c.id == samples_table.c.run_id)
@@ -641,7 +650,7 @@ class Store:
             .order_by(samples_table.c.run_id, samples_table.c.t_s)
         )
         for record in self._read(statement):
-            series.setdefault(record.pop("run_id"), []).append(record)
+            series.setdefault(record["run_id"], []).append(_sample_record(record))
         return series
 
     def fact_of_each(self, key: str, experiment_ids: list[int]) -> dict[int, Any]:
@@ -702,12 +711,6 @@ class Store:
         first = func.min(e.c.id)
         statement = select(e.c.name, first).where(e.c.status == status).group_by(e.c.name).order_by(first)
         return [str(row["name"]) for row in self._read(statement)]
-
-    def experiments(self) -> list[dict[str, Any]]:
-        e = experiments_table
-        return self._read(
-            select(e.c.id, e.c.name, e.c.status, e.c.started, e.c.finished, e.c.baseline).order_by(e.c.id)
-        )
 
     def fleet(self, ident: str) -> FleetRecord:
         """A fleet with its experiments (one per host), in the order of its hosts."""

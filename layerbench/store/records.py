@@ -149,6 +149,45 @@ class StoredPlan(BaseModel):
         return dict(self.sweeps.get(stack, {}).get("values", {}))
 
 
+class DiskRecord(BaseModel):
+    """The disk under the scratch root (observe.host's description of it)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: str = "?"
+    model: str = "unknown"
+    scheduler: str = "?"
+    rotational: bool | None = None
+    size_bytes: int = 0
+
+
+class HostRecord(BaseModel):
+    """The host an experiment ran on (observe.host.describe()), read back typed. A key a
+    results file of an older layerbench, or a fleet's host, lacks reads None (or empty);
+    every stored key is kept for the export and the comparison of two hosts."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    hostname: str | None = None
+    cpu_model: str | None = None
+    cpus: int | None = None
+    memory_bytes: int | None = None
+    kernel: str | None = None
+    kernel_version: str | None = None
+    distribution: str | None = None
+    virtualization: str | None = None
+    scratch_root: str | None = None
+    scratch_fs: dict[str, Any] = {}  # observe.fsstate.describe(): the file system's state
+    disks: list[DiskRecord] = []
+    python: str | None = None
+    layerbench: str | None = None
+    tools: dict[str, str | None] = {}
+
+    def facts(self) -> dict[str, Any]:
+        """Every key as stored, for an export and for telling two hosts apart."""
+        return self.model_dump(exclude_unset=True)
+
+
 @dataclass(frozen=True)
 class ExperimentRecord:
     """A stored experiment as every reader sees it: the experiments table's columns with their
@@ -164,7 +203,7 @@ class ExperimentRecord:
     baseline: str
     started: str
     finished: str | None
-    host: dict[str, Any]  # observe.host.describe()
+    host: HostRecord
     stacks: dict[str, StackRecord]  # each stack as it was built (its first trial's)
     warnings: list[str]
     version: str
@@ -178,6 +217,31 @@ class ExperimentRecord:
     def header(self, *keys: str) -> dict[str, Any]:
         """Some of its fields by name, for an export's header."""
         return {key: getattr(self, key) for key in keys}
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One interval of a run's time series as stored (observe.sampling.Sample's fields): what
+    happened in the dt_s seconds up to t_s. A counter a results file of an older layerbench
+    lacks reads None, never 0."""
+
+    t_s: float
+    dt_s: float
+    read_bytes: int | None
+    write_bytes: int | None
+    disk_read_bytes: int | None
+    disk_write_bytes: int | None
+    cpu_busy_pct: float | None
+    cpu_iowait_pct: float | None
+    dirty_bytes: int | None
+    disk_in_flight: int | None
+
+    def per_second(self, amount: int | float | None) -> float:
+        """An amount of this interval as a rate (0 for an empty interval or a missing one)."""
+        return amount / self.dt_s if amount is not None and self.dt_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

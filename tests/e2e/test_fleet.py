@@ -125,7 +125,7 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
         assert {r["facts"]["fleet_host"] for r in runs} == {name}  # measured where scheduled
         spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
-        assert store.experiment(record.id).host["fleet_host"] == name
+        assert store.experiment(record.id).host.facts()["fleet_host"] == name
     _nothing_left(fleet["root"])
     # The reports and compare read PostgreSQL as they read a file, every format.
     first, second = experiments["a"].id, experiments["b"].id
