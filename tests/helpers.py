@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 # Each test session gets its own scratch area (removed at its end when nothing of ours is left
 # in it), so that two sessions never see, or clean up, each other's roots; the processes the
@@ -317,3 +319,14 @@ def drawn_figures(page: Path, work: Path) -> tuple[dict[str, tuple[int, int]], s
     dom = chromium("--dump-dom", f"file://{probe}").stdout
     found = re.findall(r"id=\"([\w-]+)\" data-drawn=\"(\d+)x(\d+)\"", dom)
     return {name: (int(w), int(h)) for name, w, h in found}, dom
+
+
+def vm_capable() -> None:
+    """Skip, saying why, where this host cannot run the vm layer (root, qemu, a guest kernel)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    from layerbench.stacks.vm import VmLayer
+
+    lacks = VmLayer.missing(VmLayer.Options(kind="vm"))
+    if lacks:
+        pytest.skip(f"this host cannot run the vm layer: {lacks[0]}")

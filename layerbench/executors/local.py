@@ -17,7 +17,7 @@ from layerbench.core.facts import Fact, declare
 from layerbench.executors import procedure
 from layerbench.executors.base import Executor, Setting
 from layerbench.guest.protocol import GuestRequest
-from layerbench.linux import cgroups, pagecache
+from layerbench.linux import cgroups
 from layerbench.observe import (
     durability,
     host,
@@ -190,6 +190,12 @@ class LocalExecutor(Executor):
                 clock.lap("run")
                 # The guest's counters name the host's devices under the guest disk "host:vda".
                 checked = [f"host:{device}" for device in devices]
+                # Dirty in the guest's page cache (its reading) or in the host's, on its way
+                # to the disk image: both are short of the disk.
+                still_dirty = _known_sum(
+                    outcome.dirty_below,
+                    procedure.dirty_below(workdir) if outcome.durable_bytes else None,
+                )
             else:
                 checked = devices
                 outcome = procedure.run_on_top(
@@ -202,7 +208,7 @@ class LocalExecutor(Executor):
                     ),
                     clock.lap,
                 )
-            still_dirty = _dirty_below(workdir) if outcome.durable_bytes else None  # stack still up
+                still_dirty = outcome.dirty_below
             failpoints.reached("run-finished")
         counters = outcome.counters
         facts = dict(outcome.facts)
@@ -335,12 +341,10 @@ class LocalExecutor(Executor):
                 self.scratch.journal.done(ident)
 
 
-def _dirty_below(workdir: Path) -> int | None:
-    """The trial's files below the stack still dirty, per file, for the durability verdict;
-    read before the stack comes down (an unmount writes back what it holds). The stack's
-    directories and images are the trial directory's subdirectories (base, L1-...); the
-    files right in it are the harness's (the run's stderr)."""
-    return pagecache.dirty_bytes_under(workdir, root_files=False)
+def _known_sum(*parts: int | None) -> int | None:
+    """The sum of the readings there are; None if there is none."""
+    known = [part for part in parts if part is not None]
+    return sum(known) if known else None
 
 
 def _guest_request(built: BuiltStack, workload: Workload[WorkloadOptions]) -> GuestRequest:

@@ -1,6 +1,8 @@
 """The trial procedure on a built stack, the same on this host and in a guest: prepare the
 workload on the stack's top (untimed), drop the caches unless the workload keeps them warm,
-time the run, then let the workload and the layers say what the run did.
+time the run, then let the workload and the layers say what the run did, and, for a run
+that claims its data durable, read how much of it is still dirty below the stack before the
+stack comes down (an unmount writes back what it holds).
 
 How the run is timed is the caller's: the host settles its disks, puts the child in its
 control groups and journals it; a guest waits at the gate for the host's go."""
@@ -8,8 +10,10 @@ control groups and journals it; a guest waits at the gate for the host's go."""
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from layerbench.core import metrics
+from layerbench.linux import pagecache
 from layerbench.observe import measure
 from layerbench.observe.run_result import RunResult
 from layerbench.stacks.base import BuildContext, BuiltStack
@@ -42,4 +46,12 @@ def run_on_top(
         dict(prepared.facts),
         {k: v for k, v in prepared.metrics.items() if k in metrics.reported()},
         prepared.durable_bytes,
+        dirty_below(ctx.workdir) if prepared.durable_bytes else None,
     )
+
+
+def dirty_below(workdir: Path) -> int | None:
+    """The trial's files below the stack still dirty, per file, for the durability verdict.
+    The stack's directories and images are the trial directory's subdirectories (base,
+    L1-...); the files right in it are the harness's (the run's stderr)."""
+    return pagecache.dirty_bytes_under(workdir, root_files=False)

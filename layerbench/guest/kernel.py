@@ -208,6 +208,7 @@ mount -t tmpfs run /newroot/run
 mount -t "$DISK_FS" "$DISK_DEVICE" "/newroot$DISK_MOUNT" || echo "layerbench-init: cannot mount $DISK_DEVICE"
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root PYTHONPATH="$PYTHONPATH" PYTHONDONTWRITEBYTECODE=1 \
+    LAYERBENCH_TEST_SYNC_TOP_ONLY="$SYNC_TOP_ONLY" \
     "$PYTHON" -S -m layerbench.guest.agent "$SHARE"
 sync
 umount "/newroot$DISK_MOUNT"

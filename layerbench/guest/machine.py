@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from layerbench.core import failpoints
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
 from layerbench.guest import kernel
@@ -316,6 +317,9 @@ class GuestTrial:
             f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"
             # The host's own interpreter, with the packages layerbench was installed with.
             f"PYTHON='{sys.executable}'\n"
+            # The test-only switch of a final sync that stops at the top (failpoints), so a
+            # test can leave data dirty where no program of the host can sync it.
+            f"SYNC_TOP_ONLY='{'1' if failpoints.sync_top_only() else ''}'\n"
         )
 
     def _boot_and_run(self, host_devices: list[str], timeout: float | None) -> "_Measured":

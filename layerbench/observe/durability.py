@@ -11,7 +11,9 @@ image files under the stack) still dirty or under writeback right after the run,
 file (cachestat), must be at most (1 - SHARE) x claimed. Other writers on the disk can only
 add to reached, so it alone can hide a miss (beside `stress-ng --hdd`, 528 MiB reached the
 disk during a run whose 64 MiB stayed dirty below the FUSE layer: docs/flakes.md); dirty is
-the trial's files' own and no neighbour moves it. A kernel without cachestat leaves the
+the trial's files' own and no neighbour moves it; in a vm stack it is the guest's reading of
+its own files (no reading on the host sees the guest's page cache) plus the host's of the
+disk image. A kernel without cachestat leaves the
 verdict to reached. A stack that keeps its data in memory (tmpfs) has no device and is not
 checked."""
 

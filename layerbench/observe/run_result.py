@@ -17,3 +17,7 @@ class RunResult:
     metrics: dict[str, float] = field(default_factory=dict)  # the workload's own registry metrics
     # Bytes the run claims are durable when it ends (observe/durability.py); None: no claim.
     durable_bytes: int | None = None
+    # Bytes of the trial's own files below the stack still dirty or under writeback right
+    # after the run, read where the run ran (a guest reads its own page cache, which no
+    # reading on the host sees); None: no claim, or the kernel cannot tell.
+    dirty_below: int | None = None

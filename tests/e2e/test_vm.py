@@ -3,14 +3,13 @@ it, counters from inside the guest and from the host, and no qemu left behind af
 a Ctrl-C, or a kill -9 followed by `clean`."""
 
 import json
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli, vm_capable
 
 pytestmark = pytest.mark.e2e
 
@@ -71,19 +70,9 @@ run = "sleep 60"
 """
 
 
-def _vm_capable() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
-    from layerbench.stacks.vm import VmLayer
-
-    lacks = VmLayer.missing(VmLayer.Options(kind="vm"))
-    if lacks:
-        pytest.skip(f"this host cannot run the vm layer: {lacks[0]}")
-
-
 @pytest.fixture(scope="module")
 def vm_experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    _vm_capable()
+    vm_capable()
     base = tmp_path_factory.mktemp("vm")
     plan = base / "plan.toml"
     plan.write_text(PLAN)
@@ -140,7 +129,7 @@ def test_no_qemu_after_a_run(vm_experiment: dict[str, object]) -> None:
 
 
 def test_fio_in_a_vm_reports_iops_latency_and_durability_like_the_host(tmp_path: Path) -> None:
-    _vm_capable()
+    vm_capable()
     plan = tmp_path / "plan.toml"
     plan.write_text(FIO_PLAN)
     db = tmp_path / "r.db"
@@ -181,7 +170,7 @@ def _start_slow(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Pat
 
 
 def test_ctrl_c_stops_the_guest(tmp_path: Path) -> None:
-    _vm_capable()
+    vm_capable()
     child, scratch, _ = _start_slow(tmp_path)
     child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=120)
@@ -191,7 +180,7 @@ def test_ctrl_c_stops_the_guest(tmp_path: Path) -> None:
 
 
 def test_kill_9_then_clean_leaves_no_guest(tmp_path: Path) -> None:
-    _vm_capable()
+    vm_capable()
     child, scratch, db = _start_slow(tmp_path, "--no-namespace")
     child.kill()
     child.communicate(timeout=60)

@@ -4,12 +4,13 @@ top of the stack."""
 
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_ROOT, cli, drawn_figures, leftovers
+from helpers import TEST_ROOT, cli, drawn_figures, leftovers, vm_capable
 
 pytestmark = pytest.mark.e2e
 
@@ -124,25 +125,44 @@ def _durability(db: Path) -> dict[str, Any]:
     }
 
 
+GUEST_PLAN = """
+name = "durable"
+reps = 1
+warmup = 0
+rerun_disturbed = 0
+baseline = "guest"
+[stacks.guest]
+layers = [{ kind = "vm", cpus = 1, memory = "1G", disk_size = "512M" }]
+[stacks.guest-fuse]
+layers = [{ kind = "vm", cpus = 1, memory = "1G", disk_size = "512M" }, { kind = "fuse" }]
+[workloads.untar]
+kind = "extract"
+archive = "ARCHIVE"
+"""
+
+
 def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, tmp_path: Path) -> None:
     """bindfs passes no syncfs down: with the sync of the file systems below switched off
-    (a test-only switch), the extracted files stay dirty under the FUSE layer."""
-    # 64 MB in four files, read back as dirty per file after the run: another writer on the
-    # disk changes nothing; another program's sync(2) during the run would make the data
-    # durable by itself (docs/flakes.md).
-    tree = tmp_path / "tree"
-    tree.mkdir()
+    (a test-only switch), the extracted files stay dirty under the FUSE layer. It runs in a
+    guest, whose page cache no program of this host can write back: on the host, another
+    program's sync(2) during the run made the data durable by itself (docs/flakes.md). A
+    writer on the host's disk moves the device's bytes, not the guest's dirty pages: the
+    check reads those in the guest (on the host's reading alone, such a run read durable)."""
+    vm_capable()
+    # 32 MB in four files, where the guest can read it (not under /tmp, its own tmpfs): below
+    # the 1 GiB guest's background writeback threshold (10 % of its memory), so its own
+    # flusher leaves it alone for the 30 s before dirty data expires.
+    where = TEST_ROOT / f"durable-{tmp_path.name}"
+    tree = where / "tree"
+    tree.mkdir(parents=True)
     for number in range(4):
-        (tree / f"part{number}").write_bytes(os.urandom(16 * 2**20))
-    archive = tmp_path / "tree.tar"
+        (tree / f"part{number}").write_bytes(os.urandom(8 * 2**20))
+    archive = where / "tree.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(tree, arcname="tree")
+    shutil.rmtree(tree)
     plan = tmp_path / "plan.toml"
-    plan.write_text(
-        'name = "durable"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\nbaseline = "disk"\n'
-        '[stacks.disk]\nlayers = []\n[stacks.fuse]\nlayers = [{ kind = "fuse" }]\n'
-        f'[workloads.untar]\nkind = "extract"\narchive = "{archive}"\n'
-    )
+    plan.write_text(GUEST_PLAN.replace("ARCHIVE", str(archive)))
     scratch = TEST_ROOT / "durable-check"
     broken = tmp_path / "broken.db"
     cli(
@@ -157,17 +177,25 @@ def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, t
         check=True,
     )
     found = _durability(broken)
-    disk = found["facts"]["disk"]
-    assert disk["durable"] is True and disk["dirty_bytes"] == 0, disk  # its syncfs is its disk's
-    fuse = found["facts"]["fuse"]
+    guest = found["facts"]["guest"]
+    assert guest["durable"] is True and guest["dirty_bytes"] == 0, guest  # its syncfs is its disk's
+    fuse = found["facts"]["guest-fuse"]
     assert fuse["durable"] is False and fuse["dirty_bytes"] >= 0.9 * fuse["claimed_bytes"], fuse
-    said = [w for w in found["warnings"] if w.startswith("not durable: fuse/untar: 1 run(s) where ")]
+    said = [w for w in found["warnings"] if w.startswith("not durable: guest-fuse/untar: 1 run(s) where ")]
     assert said and "was still dirty below the stack when the run ended" in said[0], found["warnings"]
+    # Without the switch, on this host: the sync reaches the disk through the FUSE layer.
+    host = tmp_path / "host.toml"
+    host.write_text(
+        'name = "durable"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\nbaseline = "disk"\n'
+        '[stacks.disk]\nlayers = []\n[stacks.fuse]\nlayers = [{ kind = "fuse" }]\n'
+        f'[workloads.untar]\nkind = "extract"\narchive = "{archive}"\n'
+    )
     fixed = tmp_path / "fixed.db"
-    cli("run", str(plan), "--db", str(fixed), "--scratch", str(scratch), "--quiet", check=True)
+    cli("run", str(host), "--db", str(fixed), "--scratch", str(scratch), "--quiet", check=True)
     assert _durability(fixed)["facts"]["fuse"]["durable"] is True
     assert not [w for w in _durability(fixed)["warnings"] if w.startswith("not durable")]
     assert leftovers(scratch) == []
+    shutil.rmtree(where)
 
 
 TRACED = """
