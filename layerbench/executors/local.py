@@ -28,6 +28,7 @@ from layerbench.observe import (
     tracing,
     warm_memory,
 )
+from layerbench.observe.run_result import RunResult
 from layerbench.plan import Plan
 from layerbench.plan.schedule import Trial
 from layerbench.scratch import Scratch
@@ -182,20 +183,8 @@ class LocalExecutor(Executor):
             record = self._record(trial.stack, layers, built, devices)
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
                 warm.release()  # the guest's memory is the vm's own
-                settled = self._settle(setting, devices)  # the host's disks hold the guest's
-                outcome = built.elsewhere.run(
-                    _guest_request(built, workload), devices, workload.options.timeout
-                )
-                outcome.facts.update(settled.facts())
+                outcome, checked, still_dirty = self._run_in_guest(setting, built, workload, workdir)
                 clock.lap("run")
-                # The guest's counters name the host's devices under the guest disk "host:vda".
-                checked = [f"host:{device}" for device in devices]
-                # Dirty in the guest's page cache (its reading) or in the host's, on its way
-                # to the disk image: both are short of the disk.
-                still_dirty = _known_sum(
-                    outcome.dirty_below,
-                    procedure.dirty_below(workdir) if outcome.durable_bytes else None,
-                )
             else:
                 checked = devices
                 outcome = procedure.run_on_top(
@@ -219,6 +208,23 @@ class LocalExecutor(Executor):
         return TrialResult(
             trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics
         )
+
+    def _run_in_guest(
+        self, setting: Setting, built: BuiltStack, workload: Workload[WorkloadOptions], workdir: Path
+    ) -> tuple[RunResult, list[str], int | None]:
+        """The rest of the trial in the guest: its result, the devices its durability is
+        checked on, and the bytes below its stack still dirty after the run."""
+        assert built.elsewhere is not None
+        devices = built.devices()
+        settled = self._settle(setting, devices)  # the host's disks hold the guest's
+        outcome = built.elsewhere.run(_guest_request(built, workload), devices, workload.options.timeout)
+        outcome.facts.update(settled.facts())
+        # The guest's counters name the host's devices under the guest disk "host:vda".
+        checked = [f"host:{device}" for device in devices]
+        # Dirty in the guest's page cache (its reading) or in the host's, on its way to the
+        # disk image: both are short of the disk.
+        host_dirty = procedure.dirty_below(workdir) if outcome.durable_bytes else None
+        return outcome, checked, _known_sum(outcome.dirty_below, host_dirty)
 
     def _timed(
         self,
