@@ -25,6 +25,7 @@ FACTS = declare(
         "seconds from the sync to the end of the quiet window (0 when settling is off)",
     ),
     Fact("settle_busy_s", "before", "of the wait, the seconds the devices were still working"),
+    Fact("settle_sync_s", "before", "of the wait, the seconds its sync (writing back what was dirty) took"),
     Fact(
         "settle_in_flight",
         "before",
@@ -102,6 +103,9 @@ class Settled:
     timed_out: bool
     cut_short: bool = False  # the timeout was cut: the devices stayed busy through the last waits
     kthread_cpu_s: float | None = None  # kernel threads' CPU from the sync to the end of the wait
+    # The sync's own share of waited_s: the timeout bounds the polling, which starts with the
+    # sync, and a sync cannot be cut short (beside a busy writer it took seconds).
+    sync_s: float = 0.0
 
     def facts(self) -> dict[str, Any]:
         return {f"settle_{key}": value for key, value in asdict(self).items()}
@@ -126,9 +130,11 @@ def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settl
     began = time.monotonic()
     if quiet_s <= 0 or not devices:
         os.sync()
-        return Settled(time.monotonic() - began, 0.0, 0, 0, 0, False)
+        took = time.monotonic() - began
+        return Settled(took, 0.0, 0, 0, 0, False, sync_s=round(took, 4))
     threads = kernelstats.kernel_threads()
     os.sync()
+    synced = time.monotonic()
     first = previous = read_activity(devices)
     last_busy = time.monotonic()
     while True:
@@ -148,4 +154,5 @@ def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settl
         discarded_bytes=current.discarded_bytes - first.discarded_bytes,
         timed_out=moment - last_busy < quiet_s,
         kthread_cpu_s=_threads_cpu_s(threads),
+        sync_s=round(synced - began, 4),
     )
