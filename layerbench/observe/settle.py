@@ -130,8 +130,8 @@ def wait_quiet(devices: list[str], *, quiet_s: float, timeout_s: float) -> Settl
     began = time.monotonic()
     if quiet_s <= 0 or not devices:
         os.sync()
-        took = time.monotonic() - began
-        return Settled(took, 0.0, 0, 0, 0, False, sync_s=round(took, 4))
+        took = round(time.monotonic() - began, 4)
+        return Settled(took, 0.0, 0, 0, 0, False, sync_s=took)
     threads = kernelstats.kernel_threads()
     os.sync()
     synced = time.monotonic()
