@@ -64,6 +64,7 @@ def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> lis
     workloads = list(dict.fromkeys(r["workload"] for r in runs))
     stacks = list(dict.fromkeys(r["stack"] for r in runs))
     summaries = stats.summaries(runs, baseline, stacks, workloads, ["wall_s"], design=design)
+    baseline_rows = {row.workload: row for row in summaries if row.stack == baseline}
     lines = []
     for row in summaries:
         if row.stack == baseline or not row.n:
@@ -72,16 +73,17 @@ def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> lis
         walls = [r["wall_s"] for r in own]
         base_walls = [r["wall_s"] for r in base]
         median, base_median = statistics.median(walls), statistics.median(base_walls)
-        per_rep = median + base_median + _untimed(own) + _untimed(base)
+        untimed, base_untimed = _untimed(own), _untimed(base)
+        per_rep = median + base_median + untimed + base_untimed
         if row.decision == "inconclusive" and row.reps_to_decide:
             need = f"{row.reps_to_decide} reps, {row.reps_to_decide * per_rep:.0f} s"
         else:
             need = "-"
         lines.append(
             f"| {row.workload} | {base_median:.3f} s, {median:.3f} s "
-            f"| {stats.describe('', '', 'wall_s', base_walls).cv:.1%}, {row.cv:.1%} "
+            f"| {baseline_rows[row.workload].cv:.1%}, {row.cv:.1%} "
             f"| {_log_sd(base_walls):.3f}, {_log_sd(walls):.3f} | {_paired_sd(own, base):.3f} "
-            f"| {_untimed(base):.2f} s, {_untimed(own):.2f} s "
+            f"| {base_untimed:.2f} s, {untimed:.2f} s "
             f"| x{row.ratio:.2f} [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] {row.decision} | {need} |"
         )
     return lines
