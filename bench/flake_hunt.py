@@ -3,7 +3,7 @@
 and print how often each test passed, the slowest tests and the total time.
 
     python3 bench/flake_hunt.py [--rounds 10] [--modules tests/e2e] [--neighbour both|alone|busy]
-                                [--scratch /var/tmp/layerbench-flakes] [--out FILE.md]
+                                [--scratch /var/tmp/lb-flakes] [--out FILE.md]
                                 [--ledger FILE.jsonl]
 
 A round runs every module once in its own pytest process (its own test root under the
@@ -120,9 +120,13 @@ def run_module(
     module: Path, scratch: Path, timeout: float
 ) -> tuple[list[tuple[str, str, float, str]], float]:
     """One pytest process for the module: (test id, outcome, seconds, message) per test."""
-    root = Path(tempfile.mkdtemp(prefix="tests-", dir=scratch))
-    report = root / "junit.xml"
-    env = {**os.environ, "LAYERBENCH_TEST_ROOT": str(root / "root")}
+    # The module's test root, as short as the suite's own (/var/tmp/layerbench-tests/sPID):
+    # Ray's Unix sockets lie below it, and their paths may not pass 107 bytes. Readable by
+    # all, as the suite's is: the PostgreSQL tests run initdb in it as the postgres user.
+    root = Path(tempfile.mkdtemp(prefix="t", dir=scratch))
+    root.chmod(0o755)
+    report = root.with_suffix(".xml")  # beside it: the session removes its root when done
+    env = {**os.environ, "LAYERBENCH_TEST_ROOT": str(root)}
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -152,6 +156,7 @@ def run_module(
         return [(str(module.relative_to(REPO)), "failed", took, f"timed out after {timeout:g} s")], took
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        report.unlink(missing_ok=True)
 
 
 def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
@@ -314,7 +319,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--modules", nargs="+", default=["tests/e2e"])
     parser.add_argument("--neighbour", choices=["both", "alone", "busy"], default="both")
-    parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/layerbench-flakes"))
+    parser.add_argument("--scratch", type=Path, default=Path("/var/tmp/lb-flakes"))
     parser.add_argument("--timeout", type=float, default=1500, help="seconds one module may take")
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     parser.add_argument(
