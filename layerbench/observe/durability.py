@@ -13,9 +13,8 @@ add to reached, so it alone can hide a miss (beside `stress-ng --hdd`, 528 MiB r
 disk during a run whose 64 MiB stayed dirty below the FUSE layer: docs/flakes.md); dirty is
 the trial's files' own and no neighbour moves it; in a vm stack it is the guest's reading of
 its own files (no reading on the host sees the guest's page cache) plus the host's of the
-disk image. A kernel without cachestat leaves the
-verdict to reached. A stack that keeps its data in memory (tmpfs) has no device and is not
-checked."""
+disk image. A kernel without cachestat leaves the verdict to reached. A stack that keeps its
+data in memory (tmpfs) has no device and is not checked."""
 
 from typing import Any
 
