@@ -59,7 +59,9 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     """The cluster's nodes on loopback, with the fleet's token, and kept to 127.0.0.1 by the
     fleet's bind filter (layerbench.fleet.local): this process is in its cgroup while the
     fixture lasts, so every node it starts (and every command the test runs) is too."""
-    root = TEST_ROOT / "fleet"
+    # Short: Ray's Unix sockets lie below it (ROOT/ray/session_DATE_PID/sockets/NAME), at
+    # most 107 bytes, with room for 7-digit pids (a host whose pid_max is 4194304).
+    root = TEST_ROOT / "f"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     try:

@@ -101,7 +101,7 @@ def netns_fleet(needs_root: None, postgres_cluster: Any) -> Iterator[tuple[Names
     if reason := _missing_tools():
         pytest.skip(reason)
     tag = str(os.getpid() % 10000)  # names another run's namespaces and cgroups do not have
-    root = TEST_ROOT / "nf"
+    root = TEST_ROOT / "n"  # short: Ray's sockets lie below it (RAY_TMPDIR below), at most 107 bytes
     port = 20000 + os.getpid() % 20000  # the head's cgroup is named after it: unique here
     with contextlib.ExitStack() as cleanup:
         with contextlib.suppress(FileNotFoundError):
