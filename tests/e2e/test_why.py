@@ -178,7 +178,9 @@ def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, t
     )
     found = _durability(broken)
     guest = found["facts"]["guest"]
-    assert guest["durable"] is True and guest["dirty_bytes"] == 0, guest  # its syncfs is its disk's
+    # Its syncfs is its disk's. Not 0: a fresh clone's run read 24 KiB dirty (in the guest or
+    # in the host's pages of the disk image after the guest's shutdown) against 32 MiB claimed.
+    assert guest["durable"] is True and guest["dirty_bytes"] < 2**20, guest
     fuse = found["facts"]["guest-fuse"]
     assert fuse["durable"] is False and fuse["dirty_bytes"] >= 0.9 * fuse["claimed_bytes"], fuse
     said = [w for w in found["warnings"] if w.startswith("not durable: guest-fuse/untar: 1 run(s) where ")]
