@@ -183,7 +183,7 @@ class LocalExecutor(Executor):
             record = self._record(trial.stack, layers, built, devices)
             if built.elsewhere is not None:  # a vm layer: the rest runs in a freshly booted guest
                 warm.release()  # the guest's memory is the vm's own
-                outcome, checked, still_dirty = self._run_in_guest(setting, built, workload, workdir)
+                outcome, checked, still_dirty = self._run_in_guest(setting, built, devices, workload, workdir)
                 clock.lap("run")
             else:
                 checked = devices
@@ -210,12 +210,16 @@ class LocalExecutor(Executor):
         )
 
     def _run_in_guest(
-        self, setting: Setting, built: BuiltStack, workload: Workload[WorkloadOptions], workdir: Path
+        self,
+        setting: Setting,
+        built: BuiltStack,
+        devices: list[str],
+        workload: Workload[WorkloadOptions],
+        workdir: Path,
     ) -> tuple[RunResult, list[str], int | None]:
         """The rest of the trial in the guest: its result, the devices its durability is
         checked on, and the bytes below its stack still dirty after the run."""
         assert built.elsewhere is not None
-        devices = built.devices()
         settled = self._settle(setting, devices)  # the host's disks hold the guest's
         outcome = built.elsewhere.run(_guest_request(built, workload), devices, workload.options.timeout)
         outcome.facts.update(settled.facts())
