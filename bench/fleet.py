@@ -30,7 +30,9 @@ import postgres
 
 from layerbench.fleet import coordinator, credentials, hosts, local
 from layerbench.plan import parse_plan
+from layerbench.plan.schedule import Trial
 from layerbench.store import Store
+from layerbench.store.records import TrialResult
 
 STACKS, WORKLOADS = 10, 3
 
@@ -55,11 +57,11 @@ def verify(store: Store, outcome: coordinator.FleetOutcome, expected: int) -> No
     """Every host: all its trials, once each, on itself, one after another."""
     for host in outcome.hosts:
         runs = store.runs(host.experiment_id)
-        trials = sorted(r["trial"] for r in runs)
+        trials = sorted(r.trial for r in runs)
         assert host.status == "done", (host.host, host.status, host.detail)
         assert trials == list(range(expected)), (host.host, len(trials))
-        assert {r["facts"]["fleet_host"] for r in runs} == {host.host}
-        spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
+        assert {r.facts["fleet_host"] for r in runs} == {host.host}
+        spans = sorted((r.facts["host_started"], r.facts["host_finished"]) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), host.host
 
 
@@ -76,7 +78,7 @@ def one_size(
         started: dict[tuple[str, int], float] = {}
         latencies: list[float] = []
 
-        def progress(host: str, trial, total, result) -> None:
+        def progress(host: str, trial: Trial, total: int, result: TrialResult | None) -> None:
             if result is None:
                 started[(host, trial.index)] = time.perf_counter()
             else:

@@ -128,7 +128,7 @@ def verify(db: Path, expected: dict[int, int]) -> None:
     for record, trials in zip(sorted(store.history(), key=lambda e: e.id), expected.values(), strict=True):
         runs = store.runs(record.id)
         assert record.status == "done" and len(runs) == trials, (db, record)
-        assert all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
+        assert all(r.ok for r in runs), [r.error for r in runs]
 
 
 def main() -> int:

@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import ratio_interval  # noqa: E402
+from run import ALPHA, ratio_interval  # noqa: E402
 
 from layerbench.linux import mounts, system  # noqa: E402
-from layerbench.observe import fsstate, measure  # noqa: E402
+from layerbench.observe import measure  # noqa: E402
 
 CHILD = REPO / "layerbench" / "workloads" / "_metadata_child.py"
 
@@ -56,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     args.scratch.mkdir(parents=True, exist_ok=True)
     fstype, source, _ = mounts.filesystem_of(args.scratch)
-    journal = fsstate.has_journal(source) if fstype == "ext4" else None
+    journal = mounts.has_journal(source) if fstype == "ext4" else None
     times: dict[str, list[float]] = {"spread": [], "plain": []}
     try:
         for side in times:
@@ -74,7 +74,7 @@ def main() -> int:
     finally:
         shutil.rmtree(args.scratch, ignore_errors=True)
     spread, plain = times["spread"], times["plain"]
-    low, high = ratio_interval(spread, plain)  # pairs: the i-th run of each side
+    ratio, low, high, level = ratio_interval(spread, plain, ALPHA)  # pairs: the i-th run of each side
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     kind = {True: "with a journal", False: "without a journal", None: ""}[journal]
     print(f"inode reuse, {fstype} {kind} ({source}), {args.files} files, {args.rounds} rounds, {stamp}")
@@ -84,7 +84,7 @@ def main() -> int:
     print(
         f"| elapsed | {median(spread):.3f} s ({min(spread):.3f}-{max(spread):.3f}) "
         f"| {median(plain):.3f} s ({min(plain):.3f}-{max(plain):.3f}) "
-        f"| {median(spread) / median(plain):.3f} [{low:.3f}-{high:.3f}] |"
+        f"| {ratio:.3f} [{low:.3f}-{high:.3f}, {level:.0%}] |"
     )
     return 0
 

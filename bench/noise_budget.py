@@ -16,9 +16,8 @@ least-squares fit on their ranks, with the F test's p-value). Prints Markdown.""
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -29,8 +28,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import stored  # noqa: E402
 
+from layerbench.core import metrics  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.facts import registered as registered_facts  # noqa: E402
+from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors import local as _declares_the_harness_facts  # noqa: E402, F401
 
 
@@ -38,13 +39,13 @@ from layerbench.executors import local as _declares_the_harness_facts  # noqa: E
 class Factor:
     name: str
     when: str  # "before" the timed run, or "during" it
-    read: Callable[[dict[str, Any]], float | None]
+    read: Callable[[RunRecord], float | None]
     fact: str | None = None  # the run fact it reads (declared in layerbench.core.facts)
 
 
-def _fact(key: str) -> Callable[[dict[str, Any]], float | None]:
-    def read(run: dict[str, Any]) -> float | None:
-        value = run["facts"].get(key)
+def _fact(key: str) -> Callable[[RunRecord], float | None]:
+    def read(run: RunRecord) -> float | None:
+        value = run.fact(key)
         return float(value) if isinstance(value, int | float) else None
 
     return read
@@ -55,13 +56,15 @@ def _of_fact(name: str, key: str) -> Factor:
     return Factor(name, registered_facts()[key].when, _fact(key), key)
 
 
-def _column(key: str) -> Callable[[dict[str, Any]], float | None]:
-    def read(run: dict[str, Any]) -> float | None:
-        value = run.get(key)
+def _column(key: str) -> Callable[[RunRecord], float | None]:
+    def read(run: RunRecord) -> float | None:
+        value = run.value(key) if key in metrics.BY_NAME else getattr(run, key)
         return float(value) if isinstance(value, int | float) else None
 
     return read
 
+
+PREVIOUS_TEARDOWN = "previous_teardown_s"  # this script's own mark on each run: not a stored fact
 
 FACTORS = (
     _of_fact("memory handed back to the hypervisor since the last run (KiB)",
@@ -75,7 +78,7 @@ FACTORS = (
     _of_fact("runnable tasks at the start", "runnable_at_start"),
     _of_fact("load average (1 min)", "load_1m"),
     Factor("the trial's place in the experiment", "before", _column("trial")),
-    Factor("the previous trial's teardown (s)", "before", lambda run: run.get("_previous_teardown_s")),
+    Factor("the previous trial's teardown (s)", "before", _fact(PREVIOUS_TEARDOWN)),
     _of_fact("memory handed back during the run (KiB)", "memory_reported_kib_during_run"),
     _of_fact("other processes' CPU (s)", "others_cpu_s"),
     Factor("kernel threads' CPU (s)", "during", _column("kthread_cpu_s")),
@@ -94,12 +97,12 @@ def _within_stacks(values: list[float], stacks: list[str]) -> np.ndarray:
     return np.array([v - means[s] for v, s in zip(values, stacks, strict=True)])
 
 
-def _factor_values(factor: Factor, runs: list[dict[str, Any]]) -> np.ndarray | None:
+def _factor_values(factor: Factor, runs: list[RunRecord]) -> np.ndarray | None:
     """The factor within each stack, or None where a run lacks it or it never varies."""
     values = [factor.read(run) for run in runs]
     if any(v is None for v in values):
         return None
-    within = _within_stacks([float(v) for v in values if v is not None], [run["stack"] for run in runs])
+    within = _within_stacks([float(v) for v in values if v is not None], [run.stack for run in runs])
     return within if np.ptp(within) > 0 else None
 
 
@@ -117,10 +120,10 @@ def _joint(response: np.ndarray, columns: list[np.ndarray]) -> tuple[float, floa
     return r2, adjusted, float(scipy_stats.f.sf(f, k, n - k - 1))
 
 
-def budget(runs: list[dict[str, Any]], workload: str) -> list[str]:
-    measured = [r for r in runs if r["workload"] == workload and r["status"] == "ok" and not r["warmup"]]
-    stacks = [run["stack"] for run in measured]
-    response = _within_stacks([math.log(run["wall_s"]) for run in measured], stacks)
+def budget(runs: list[RunRecord], workload: str) -> list[str]:
+    measured = [r for r in runs if r.workload == workload and r.ok and not r.warmup]
+    stacks = [run.stack for run in measured]
+    response = _within_stacks([math.log(run.wall_s) for run in measured], stacks)
     lines = [
         f"### {workload}: {len(measured)} runs on {len(set(stacks))} stacks, the noise (SD of "
         f"the log elapsed time within a stack) {float(np.std(response, ddof=1)):.3f}",
@@ -156,10 +159,12 @@ def main() -> int:
         return 2
     ident = experiment.id
     previous_teardown = None
+    marked = []
     for run in runs:  # the trial before in the experiment's order: what it left to delete
-        run["_previous_teardown_s"] = previous_teardown
-        previous_teardown = run["facts"].get("phase_teardown_s")
-    workloads = list(dict.fromkeys(run["workload"] for run in runs))
+        marked.append(replace(run, facts=run.facts | {PREVIOUS_TEARDOWN: previous_teardown}))
+        previous_teardown = run.fact("phase_teardown_s")
+    runs = marked
+    workloads = list(dict.fromkeys(run.workload for run in runs))
     print(f"Noise budget of experiment {ident} ({args.db})\n")
     for workload in workloads:
         print("\n".join(budget(runs, workload)) + "\n")

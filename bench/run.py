@@ -54,8 +54,10 @@ sys.path.insert(0, str(REPO))
 
 from layerbench.content.archives import builtin_archive  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.core.sizes import format_size, parse_size  # noqa: E402
 from layerbench.observe import host, measure, warm_memory  # noqa: E402
+from layerbench.reports.base import ReportData  # noqa: E402
 from layerbench.session import Session  # noqa: E402
 from layerbench.stats import methods  # noqa: E402
 from layerbench.workloads import fio as fio_kind  # noqa: E402
@@ -106,13 +108,13 @@ def plan(name: str, reps: int, warmup: int, stacks: str, workloads: str) -> str:
 DISK = "[stacks.disk]\nlayers = []\n"
 
 
-def measured_runs(data: object) -> dict[str, list[dict[str, object]]]:
-    found: dict[str, list[dict[str, object]]] = {}
-    for run in data.runs:  # type: ignore[attr-defined]
-        if run["status"] == "ok" and not run["warmup"]:
-            found.setdefault(run["workload"], []).append(run)
-        elif run["status"] != "ok":
-            raise SystemExit(f"bench: a layerbench run failed: {run['error']}")
+def measured_runs(data: ReportData) -> dict[str, list[RunRecord]]:
+    found: dict[str, list[RunRecord]] = {}
+    for run in data.runs:
+        if run.ok and not run.warmup:
+            found.setdefault(run.workload, []).append(run)
+        elif run.status != "ok":
+            raise SystemExit(f"bench: a layerbench run failed: {run.error}")
     return found
 
 
@@ -134,7 +136,7 @@ def overhead(session: Session, reps: int) -> list[list[str]]:
             cold.append(bare(argv))
         plain = median(cold)
         warm = median(bare(argv) for _ in range(reps))
-        walls = [float(r["wall_s"]) for r in runs[name]]  # type: ignore[arg-type]
+        walls = [r.wall_s for r in runs[name]]
         ours = median(walls)
         extra = ours - plain
         spread = scipy_stats.bootstrap(
@@ -271,7 +273,7 @@ def stream_write(session: Session, size: str, rounds: int, looks: int) -> list[l
 
     def layerbench() -> float:
         data = session.run_plan(plan("bench-stream-write", 1, 0, DISK, workload))
-        return float(measured_runs(data)["write"][0]["throughput"]) / 1e6  # type: ignore[arg-type]
+        return measured_runs(data)["write"][0].required("throughput") / 1e6
 
     def dd() -> float:
         with session.scratch.directory("bench", f"dd-{next(serial)}") as target, held_warm(size) as warm:
@@ -330,7 +332,7 @@ def fio_workload(session: Session, size: str, rounds: int, looks: int) -> list[l
             ) -> tuple[float, float]:
                 data = session.run_plan(plan("bench-fio", 1, 0, stack, workload))
                 run = measured_runs(data)["fio"][0]
-                return float(run[f"{direction}_iops"]), float(run[f"{direction}_clat_p99_ns"])  # type: ignore[arg-type]
+                return run.required(f"{direction}_iops"), run.required(f"{direction}_clat_p99_ns")
 
             def by_hand(job: Path = job, direction: str = direction) -> tuple[float, float]:
                 with (
@@ -377,7 +379,7 @@ def extract(session: Session, archive_name: str, rounds: int, looks: int) -> lis
 
     def layerbench() -> float:
         data = session.run_plan(plan("bench-extract", 1, 0, DISK, workload))
-        return float(measured_runs(data)["extract"][0]["wall_s"])  # type: ignore[arg-type]
+        return measured_runs(data)["extract"][0].wall_s
 
     def tar() -> float:
         with scratch.directory("bench", f"tar-{next(serial)}") as work, held_warm(archive.bytes) as warm:

@@ -20,7 +20,6 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -30,6 +29,7 @@ import stored  # noqa: E402
 
 from layerbench import stats  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors import local as _declares_the_phase_facts  # noqa: E402, F401
 
 UNTIMED_FACTS = (
@@ -41,9 +41,9 @@ UNTIMED_FACTS = (
 )
 
 
-def _untimed(runs: list[dict[str, Any]]) -> float:
+def _untimed(runs: list[RunRecord]) -> float:
     """Mean seconds of a trial outside its timed run."""
-    totals = [sum(float(r["facts"].get(name) or 0.0) for name in UNTIMED_FACTS) for r in runs]
+    totals = [sum(float(r.fact(name) or 0.0) for name in UNTIMED_FACTS) for r in runs]
     return statistics.fmean(totals) if totals else math.nan
 
 
@@ -51,18 +51,18 @@ def _log_sd(values: list[float]) -> float:
     return statistics.stdev([math.log(v) for v in values]) if len(values) > 2 else math.nan
 
 
-def _paired_sd(runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> float:
-    own = {r["rep"]: r["wall_s"] for r in runs}
-    reference = {r["rep"]: r["wall_s"] for r in base}
+def _paired_sd(runs: list[RunRecord], base: list[RunRecord]) -> float:
+    own = {r.rep: r.wall_s for r in runs}
+    reference = {r.rep: r.wall_s for r in base}
     logs = [math.log(own[rep] / reference[rep]) for rep in sorted(own.keys() & reference.keys())]
     return statistics.stdev(logs) if len(logs) > 2 else math.nan
 
 
-def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> list[str]:
+def rows(runs: list[RunRecord], baseline: str, design: stats.Design) -> list[str]:
     """The table's lines: one per (workload, stack other than the baseline)."""
     groups = stats.measured(runs)
-    workloads = list(dict.fromkeys(r["workload"] for r in runs))
-    stacks = list(dict.fromkeys(r["stack"] for r in runs))
+    workloads = list(dict.fromkeys(r.workload for r in runs))
+    stacks = list(dict.fromkeys(r.stack for r in runs))
     summaries = stats.summaries(runs, baseline, stacks, workloads, ["wall_s"], design=design)
     baseline_rows = {row.workload: row for row in summaries if row.stack == baseline}
     lines = []
@@ -70,8 +70,8 @@ def rows(runs: list[dict[str, Any]], baseline: str, design: stats.Design) -> lis
         if row.stack == baseline or not row.n:
             continue
         own, base = groups[(row.stack, row.workload)], groups[(baseline, row.workload)]
-        walls = [r["wall_s"] for r in own]
-        base_walls = [r["wall_s"] for r in base]
+        walls = [r.wall_s for r in own]
+        base_walls = [r.wall_s for r in base]
         median, base_median = statistics.median(walls), statistics.median(base_walls)
         untimed, base_untimed = _untimed(own), _untimed(base)
         per_rep = median + base_median + untimed + base_untimed

@@ -2,9 +2,9 @@
 of it read without changing it (the latest, or the one asked for)."""
 
 import argparse
-from typing import Any
 
 from layerbench.core.errors import UserError
+from layerbench.core.runs import RunRecord
 from layerbench.store import ExperimentRecord, Store, locate
 
 
@@ -15,7 +15,7 @@ def arguments(description: str, default_db: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def experiment(db: str, ident: int | None) -> tuple[ExperimentRecord, list[dict[str, Any]]]:
+def experiment(db: str, ident: int | None) -> tuple[ExperimentRecord, list[RunRecord]]:
     """The experiment and its runs in trial order; UserError saying what is missing."""
     store = Store(locate(db), read_only=True)
     try:
@@ -25,6 +25,6 @@ def experiment(db: str, ident: int | None) -> tuple[ExperimentRecord, list[dict[
         chosen = ident if ident is not None else max(r.id for r in history)
         if chosen not in {r.id for r in history}:
             raise UserError(f"no experiment {chosen} in {db}")
-        return store.experiment(chosen), sorted(store.runs(chosen), key=lambda run: run["trial"])
+        return store.experiment(chosen), sorted(store.runs(chosen), key=lambda run: run.trial)
     finally:
         store.close()

@@ -54,7 +54,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -525,13 +526,13 @@ def main() -> int:
         for signame in args.agent_signals.split(",")
     ]
     rows: dict[str, Outcome] = {}
-    seconds: Counter[str] = Counter()
+    seconds: defaultdict[str, float] = defaultdict(float)
     passes: Counter[str] = Counter()
     rng = random.Random(20261201)
     started = time.monotonic()
     churn_names = [(where, kill) for where in args.namespaces.split(",") for kill in range(args.churn)]
     for number in range(args.passes):
-        work: list[tuple[str, object]] = []
+        work: list[tuple[str, tuple[Any, ...]]] = []
         for kind, point, where, signame in cases if "matrix" in chosen else []:
             work.append(
                 (
@@ -596,7 +597,7 @@ def main() -> int:
     return 0 if all(o.ok for o in rows.values()) else 1
 
 
-def _timed(case, *args) -> tuple[Outcome, float]:  # type: ignore[no-untyped-def]
+def _timed(case: Callable[..., Outcome], *args: Any) -> tuple[Outcome, float]:
     began = time.monotonic()
     try:
         outcome = case(*args)
@@ -607,7 +608,7 @@ def _timed(case, *args) -> tuple[Outcome, float]:  # type: ignore[no-untyped-def
 
 
 def _write_json(
-    path: Path, rows: dict[str, Outcome], passes: Counter[str], seconds: Counter[str], done: int
+    path: Path, rows: dict[str, Outcome], passes: Counter[str], seconds: dict[str, float], done: int
 ) -> None:
     cases = {
         name: {
@@ -630,7 +631,7 @@ def _merge(rows: dict[str, Outcome], name: str, outcome: Outcome) -> None:
     row.tally["runs"] += 1
 
 
-def _table(rows: dict[str, Outcome], passes: Counter[str], seconds: Counter[str], count: int) -> str:
+def _table(rows: dict[str, Outcome], passes: Counter[str], seconds: dict[str, float], count: int) -> str:
     header = ["case", "passed", "leftovers", "tracebacks", "lost runs", "resume failed", "other", "s/run"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     named = ("leftovers", "traceback", "lost runs", "resume")

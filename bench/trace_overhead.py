@@ -20,9 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import ratio_interval, verdict  # noqa: E402
+from run import ALPHA, ratio_interval, verdict  # noqa: E402
 
 from layerbench.core.errors import UserError  # noqa: E402
+from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.observe import tracing  # noqa: E402
 from layerbench.session import Session  # noqa: E402
 
@@ -63,30 +64,29 @@ def main() -> int:
         print(f"trace_overhead: {exc}")
         return 2
     shutil.rmtree(args.scratch, ignore_errors=True)
-    runs = [r for r in data.runs if r["status"] == "ok" and not r["warmup"]]
-    by: dict[str, dict[int, dict[str, object]]] = {}
+    runs = [r for r in data.runs if r.ok and not r.warmup]
+    by: dict[str, dict[int, RunRecord]] = {}
     for run in runs:
-        by.setdefault(run["workload"], {})[run["rep"]] = run
+        by.setdefault(run.workload, {})[run.rep] = run
     print("| workload: figure | untraced (median) | traced (median) | traced / untraced | goal | met |")
     print("|---|---|---|---|---|---|")
     for name in WORKLOADS:
         plain, traced = by.get(name, {}), by.get(f"{name}-traced", {})
         both = sorted(set(plain) & set(traced))
         figure = FIGURE[name]
-        ours = [float(traced[r][figure]) for r in both]  # type: ignore[arg-type]
-        base = [float(plain[r][figure]) for r in both]  # type: ignore[arg-type]
+        ours = [traced[r].required(figure) for r in both]
+        base = [plain[r].required(figure) for r in both]
         if not both:
             print(f"| {name} | - | - | no paired rounds | | |")
             continue
-        ratio = median(ours) / median(base)
-        low, high = ratio_interval(ours, base)
-        interval = f" [{low:.3f}-{high:.3f}]" if not math.isnan(low) else ""
+        ratio, low, high, level = ratio_interval(ours, base, ALPHA)
+        interval = f" [{low:.3f}-{high:.3f}, {level:.0%}]" if not math.isnan(low) else ""
         print(
             f"| {name}: {figure} | {median(base):.4g} | {median(ours):.4g} | {ratio:.3f}{interval} "
             f"| 1 ± 3% | {verdict(ratio, low, high)} |"
         )
     missing = {
-        str(r["facts"].get("trace_block_missing")) for r in runs if r["facts"].get("trace_block_missing")
+        str(r.fact("trace_block_missing")) for r in runs if r.fact("trace_block_missing")
     }
     for reason in missing:
         print(f"\nnot traced: {reason}")

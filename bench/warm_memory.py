@@ -14,6 +14,7 @@ Needs root; exits 2 where the kernel does not report free pages (nothing to meas
 """
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import ratio_interval  # noqa: E402
+from run import ALPHA, ratio_interval  # noqa: E402
 
 from layerbench.observe import kernelstats, measure, warm_memory  # noqa: E402
 
@@ -91,11 +92,12 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for where, what in (("tmpfs", "into a tmpfs holding 1.5 GB"), ("disk", "into the scratch file system")):
         held, bare = times[(where, True)], times[(where, False)]
-        low, high = ratio_interval(held, bare)
+        ratio, low, high, level = ratio_interval(held, bare, ALPHA)
+        interval = f" [{low:.3f}-{high:.3f}, {level:.0%}]" if not math.isnan(low) else " (too few rounds)"
         print(
             f"| {what} | {median(held):.3f} s ({min(held):.3f}-{max(held):.3f}) "
             f"| {median(bare):.3f} s ({min(bare):.3f}-{max(bare):.3f}) "
-            f"| {median(held) / median(bare):.3f} [{low:.3f}-{high:.3f}] | {median(costs[where]):.2f} s |"
+            f"| {ratio:.3f}{interval} | {median(costs[where]):.2f} s |"
         )
     return 0
 

@@ -84,7 +84,7 @@ class Experiment:
             plan, store, executor, seed=record.seed, fleet=record.fleet, host_name=record.host_name
         )
         experiment.id = experiment_id
-        experiment._finished = {run["trial"] for run in store.runs(experiment_id)}
+        experiment._finished = {run.trial for run in store.runs(experiment_id)}
         experiment._stacks_seen = set(record.stacks)
         experiment._probe.seq = len(store.sentinels(experiment_id))
         if sequential.FACT in record.facts:
@@ -232,7 +232,7 @@ class Experiment:
             runs, state, context, elapsed_s=time.monotonic() - self._started, trial_seconds=seconds
         )
         self.store.set_experiment_fact(self.id, sequential.FACT, state.as_fact())
-        first = max([len(self.trials), *(run["trial"] + 1 for run in runs)])
+        first = max([len(self.trials), *(run.trial + 1 for run in runs)])
         return [
             Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
         ]
@@ -253,7 +253,7 @@ class Experiment:
         )
         self.store.set_experiment_fact(self.id, adaptive.FACT, state)
         # A resumed experiment may already hold runs of rounds added before it stopped.
-        first = max([len(self.trials), *(run["trial"] + 1 for run in runs)])
+        first = max([len(self.trials), *(run.trial + 1 for run in runs)])
         return [
             Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
         ]

@@ -101,7 +101,7 @@ def cli(
     timeout: float = 900,
     check: bool = False,
     env: dict[str, str] | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run `layerbench ARGS` from this checkout as a separate process."""
     env = {**(env or os.environ), "PYTHONPATH": str(REPO)}
@@ -111,7 +111,7 @@ def cli(
         text=True,
         timeout=timeout,
         env=env,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
     if check and done.returncode != 0:
         raise AssertionError(

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import psycopg
 
-BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
+# The newest installed server's programs (a path that does not exist where none is: missing() says so).
+BIN = next(
+    iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)),
+    Path("/usr/lib/postgresql/none/bin"),
+)
 USER = "postgres"
 
 
 def missing() -> str | None:
     """Why no cluster can start here, or None."""
-    if BIN is None or not (BIN / "initdb").exists():
+    if not (BIN / "initdb").exists():
         return "PostgreSQL's server is not installed (Debian package postgresql, in deps/apt.txt)"
     try:
         pwd.getpwnam(USER)

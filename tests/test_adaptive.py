@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
+from layerbench.core.runs import RunRecord
 from layerbench.stats import adaptive
 
 
-def _runs(values: dict[str, list[float]]) -> list[dict]:
+def _runs(values: dict[str, list[float]]) -> list[RunRecord]:
     return [
-        {"stack": stack, "workload": "w", "rep": rep, "warmup": False, "status": "ok", "wall_s": value}
+        RunRecord.from_row({"stack": stack, "workload": "w", "rep": rep, "status": "ok", "wall_s": value})
         for stack, series in values.items()
         for rep, value in enumerate(series)
     ]

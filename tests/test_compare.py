@@ -6,12 +6,13 @@ import pytest
 from helpers import experiment_record
 
 from layerbench.analysis.compare import Side, compare, flatten, host_differences
+from layerbench.core.runs import RunRecord
 from layerbench.observe.sentinel import Sample
 
 
-def _runs(stack: str, workload: str, walls: list[float]) -> list[dict]:
+def _runs(stack: str, workload: str, walls: list[float]) -> list[RunRecord]:
     return [
-        {"stack": stack, "workload": workload, "wall_s": w, "status": "ok", "warmup": False, "rep": rep}
+        RunRecord.from_row({"stack": stack, "workload": workload, "wall_s": w, "status": "ok", "rep": rep})
         for rep, w in enumerate(walls)
     ]
 

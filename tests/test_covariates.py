@@ -1,18 +1,19 @@
 import random
 
 from layerbench.analysis import covariates
+from layerbench.core.runs import RunRecord
 
 
-def _runs(times: list[float], reported: list[float | None], stack: str = "tmpfs") -> list[dict[str, object]]:
+def _runs(times: list[float], reported: list[float | None], stack: str = "tmpfs") -> list[RunRecord]:
     return [
-        {
-            "stack": stack,
-            "workload": "stream-write",
-            "status": "ok",
-            "warmup": 0,
-            "wall_s": wall,
-            "facts": {"memory_reported_kib_before_run": kib},
-        }
+        RunRecord(
+            0,
+            stack,
+            "stream-write",
+            "ok",
+            values={"wall_s": wall},
+            facts={"memory_reported_kib_before_run": kib},
+        )
         for wall, kib in zip(times, reported, strict=True)
     ]
 
@@ -44,8 +45,9 @@ def test_runs_whose_inode_group_a_trial_just_emptied_are_named_and_a_null_counts
     freed = [None, None, 300.0, 120.0, 40.0, 10.0, 2.0]
     times = [0.34, 0.35, 0.36, 0.41, 0.48, 0.55, 0.64]
     runs = [
-        {"stack": "disk", "workload": "metadata", "status": "ok", "warmup": 0, "wall_s": wall}
-        | {"facts": {"inode_group_freed_s_ago": ago}}
+        RunRecord(
+            0, "disk", "metadata", "ok", values={"wall_s": wall}, facts={"inode_group_freed_s_ago": ago}
+        )
         for wall, ago in zip(times, freed, strict=True)
     ]
     [note] = covariates.notes(runs)

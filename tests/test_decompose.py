@@ -2,6 +2,7 @@
 it: on real runs recorded on this machine, and on counter sets made to test each rule."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -9,17 +10,18 @@ import pytest
 
 from layerbench import stats
 from layerbench.analysis import decompose, explain
+from layerbench.core.runs import RunRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kernel-runs-2026-12-01.json"
 
 
-def _recorded() -> tuple[list[dict[str, Any]], str]:
+def _recorded() -> tuple[list[RunRecord], str]:
     document = json.loads(FIXTURE.read_text())
-    return document["runs"], document["baseline"]
+    return [RunRecord.from_row(run) for run in document["runs"]], document["baseline"]
 
 
-def _summaries(runs: list[dict[str, Any]], baseline: str, workload: str = "w") -> list[stats.Summary]:
-    stacks = list(dict.fromkeys(r["stack"] for r in runs))
+def _summaries(runs: list[RunRecord], baseline: str, workload: str = "w") -> list[stats.Summary]:
+    stacks = list(dict.fromkeys(r.stack for r in runs))
     return stats.summaries(runs, baseline, stacks, [workload])
 
 
@@ -50,7 +52,7 @@ def test_recorded_split_sums_to_the_elapsed_time() -> None:
 
 def test_recorded_image_flow_goes_down_through_the_loop_device() -> None:
     runs, _ = _recorded()
-    image = [r for r in runs if r["stack"] == "image"]
+    image = [r for r in runs if r.stack == "image"]
     text = decompose.flow_text(image)
     assert text is not None
     assert text.startswith("64M written by the workload -> ")
@@ -60,7 +62,7 @@ def test_recorded_image_flow_goes_down_through_the_loop_device() -> None:
     assert layers[-1]["write_amplification"] >= 1.0
 
 
-def _run(stack: str, rep: int, wall: float, **values: float) -> dict[str, Any]:
+def _run(stack: str, rep: int, wall: float, **values: Any) -> RunRecord:
     run: dict[str, Any] = {
         "stack": stack,
         "workload": "w",
@@ -77,7 +79,7 @@ def _run(stack: str, rep: int, wall: float, **values: float) -> dict[str, Any]:
     for metric in decompose.METRICS:
         run[metric] = values.get(metric, 0.0)
     run.update({k: v for k, v in values.items() if k not in decompose.METRICS})
-    return run
+    return RunRecord.from_row(run)
 
 
 def _pair(
@@ -95,9 +97,10 @@ def _pair(
 def test_the_io_stall_on_a_saturated_disk_reads_as_the_bottleneck() -> None:
     base = {"psi_io_some_s": 0.2, "sys_s": 0.3, "kthread_cpu_s": 0.05, "disk_busy_pct": 60.0}
     slow = {"psi_io_some_s": 0.7, "sys_s": 0.31, "kthread_cpu_s": 0.06, "disk_busy_pct": 95.0}
-    runs = _pair(base, slow, (1.0, 1.6))
-    for run in runs:
-        run["facts"] = {"kernel": {"devices_top_first": ["loop0", "vda"]}}
+    runs = [
+        replace(run, facts={"kernel": {"devices_top_first": ["loop0", "vda"]}})
+        for run in _pair(base, slow, (1.0, 1.6))
+    ]
     rows = stats.summaries(runs, "base", ["base", "slow"], ["w"])
     why = explain.why(rows, "base", "slow", "w", stats.measured(runs))
     assert why is not None
@@ -149,10 +152,10 @@ def test_a_split_whose_parts_exceed_the_elapsed_time_says_they_overlap() -> None
 
 
 def test_runs_stored_before_the_kernel_counters_keep_the_old_read_out() -> None:
-    runs = _pair({"sys_s": 0.1}, {"sys_s": 0.5}, (1.0, 1.5))
-    for run in runs:
-        for metric in decompose.KERNEL_METRICS:
-            run[metric] = None
+    runs = [
+        run.with_values(**dict.fromkeys(decompose.KERNEL_METRICS))
+        for run in _pair({"sys_s": 0.1}, {"sys_s": 0.5}, (1.0, 1.5))
+    ]
     rows = stats.summaries(runs, "base", ["base", "slow"], ["w"])
     why = explain.why(rows, "base", "slow", "w", stats.measured(runs))
     assert why is not None and why.attribution is None

@@ -1,9 +1,12 @@
 """Sweeps and incremental stacks: how a plan's stacks expand, and the errors of bad ones."""
 
+import json
+
 import pytest
 
 from layerbench.core.errors import UserError
 from layerbench.plan import expansion, parse_plan
+from layerbench.store.records import StoredPlan
 
 HEAD = """
 name = "expand"
@@ -189,3 +192,21 @@ def test_too_small_an_image_for_its_file_system_is_refused() -> None:
     assert "btrfs accepts; at least 109M" in error(
         '[stacks.x]\nlayers = [{ kind = "image", fs = "btrfs", size = "100M" }]\n'
     )
+
+
+def test_a_stored_plan_reads_its_sweeps_and_increments_back_typed() -> None:
+    checked = plan(
+        '[stacks.img]\nlayers = [{ kind = "image", size = "320M" }]\n'
+        'sweep = { "layers.0.fs" = ["ext4", "xfs"] }\n'
+        '[stacks.box]\nlayers = [{ kind = "image", size = "64M" }, { kind = "overlay" }]\n'
+        "incremental = true\n"
+    )
+    stored = StoredPlan.model_validate(json.loads(json.dumps(checked.as_dict())))
+    assert stored.sweeps["img[fs=xfs]"] == expansion.SweepPoint("img", {"fs": "xfs"}, {"fs": "layers.0.fs"})
+    assert stored.sweep_values("img[fs=ext4]") == {"fs": "ext4"} and stored.sweep_values("dir") == {}
+    assert stored.increments == {
+        "image": expansion.Increment("dir", "image"),
+        "box": expansion.Increment("image", "overlay"),
+    }
+    exported = stored.model_dump(exclude_unset=True)  # as the json report writes it
+    assert exported["increments"]["box"] == {"previous": "image", "layer": "overlay"}

@@ -1,25 +1,27 @@
 """The "why" rules on recorded counter sets: the FreeBSD report's own numbers, and runs
 of this machine (zlib built in a chroot through bindfs vs the plain disk)."""
 
+from dataclasses import replace
 from typing import Any
 
 from layerbench import stats
 from layerbench.analysis import explain
+from layerbench.core.runs import RunRecord
 
 KEYS = ("wall_s", "user_s", "sys_s", "cpu_pct", "majflt", "minflt", "nvcsw", "nivcsw", "inblock", "oublock")
 
 
-def _runs(stack: str, rows: list[tuple[float, ...]], helper: float = 0.0) -> list[dict[str, Any]]:
+def _runs(stack: str, rows: list[tuple[float, ...]], helper: float = 0.0) -> list[RunRecord]:
     runs = []
     for row in rows:
-        run = dict(zip(KEYS, row, strict=True))
-        run.update(stack=stack, workload="build", status="ok", warmup=0, helper_cpu_s=helper)
+        run: dict[str, Any] = dict(zip(KEYS, row, strict=True))
+        run.update(stack=stack, workload="build", status="ok", helper_cpu_s=helper)
         run.update(maxrss_kb=2800, read_bytes=0, write_bytes=0, throughput=None)
-        runs.append(run)
+        runs.append(RunRecord.from_row(run))
     return runs
 
 
-def _why(runs: list[dict[str, Any]], stack: str) -> explain.Why | None:
+def _why(runs: list[RunRecord], stack: str) -> explain.Why | None:
     rows = stats.summaries(runs, "base", ["base", stack], ["build"])
     return explain.why(rows, "base", stack, "build")
 
@@ -147,11 +149,8 @@ def test_a_stack_given_fewer_rounds_is_read_against_the_baselines_runs_beside_it
     early = [(10.0 + d, 5.0, 1.0 + d, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
     late = [(16.0 + d, 5.0, 3.0 + d, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
     mine = [(14.0 + d, 5.0, 2.0 + d / 2, 60.0, 3, 5000, 100, 50, 0, 10) for d in jitter]
-    runs = _runs("base", early + late) + _runs("img", mine)
-    for rep, run in enumerate(runs[:10]):
-        run["rep"] = rep
-    for rep, run in enumerate(runs[10:]):
-        run["rep"] = rep
+    runs = [replace(run, rep=rep) for rep, run in enumerate(_runs("base", early + late))]
+    runs += [replace(run, rep=rep) for rep, run in enumerate(_runs("img", mine))]
     rows = stats.summaries(runs, "base", ["base", "img"], ["build"], paired=True)
     result = explain.why(rows, "base", "img", "build")
     assert result is not None and result.elapsed.paired

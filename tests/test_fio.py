@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from layerbench.core.errors import UserError
+from layerbench.core.runs import RunRecord
 from layerbench.plan import parse_plan
 from layerbench.workloads import fio
 
@@ -109,9 +110,11 @@ def test_odirect_probe_on_this_file_system(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def _run(read: int, disk: int, loop: int = 0) -> dict:
-    devices = {"vda": {"read_bytes": disk}} | ({"loop0": {"read_bytes": loop}} if loop else {})
-    return {"status": "ok", "read_io_bytes": read, "devices": devices, "facts": {}}
+def _run(read: int, disk: int | None, loop: int = 0) -> RunRecord:
+    devices = ({"vda": {"read_bytes": disk}} if disk is not None else {}) | (
+        {"loop0": {"read_bytes": loop}} if loop else {}
+    )
+    return RunRecord(0, "a", "w", "ok", values={"read_io_bytes": read}, devices=devices)
 
 
 def test_a_read_the_disk_delivered_is_cold_and_one_a_cache_served_is_named() -> None:
@@ -123,7 +126,7 @@ def test_a_read_the_disk_delivered_is_cold_and_one_a_cache_served_is_named() -> 
         "reads served from a cache in 1 of 2 runs: "
         "as little as 25% of the bytes fio read came from vda within the run"
     )
-    assert fio.cached_reads([{"status": "ok", "read_io_bytes": 1, "devices": {}, "facts": {}}]) is None
+    assert fio.cached_reads([_run(1, None)]) is None
 
 
 def test_the_footprint_of_a_job_is_its_sizes_times_its_jobs() -> None:

@@ -1,10 +1,11 @@
 from helpers import experiment_record
 
+from layerbench.core.runs import RunRecord
 from layerbench.reports import host_state
 
 
-def _run(wall_s: float, status: str = "ok") -> dict[str, object]:
-    return {"status": status, "wall_s": wall_s, "facts": {}}
+def _run(wall_s: float, status: str = "ok", **facts: float) -> RunRecord:
+    return RunRecord(0, "a", "w", status, values={"wall_s": wall_s}, facts=facts)
 
 
 def test_the_share_of_time_in_timed_runs() -> None:
@@ -27,9 +28,10 @@ def test_no_share_while_the_experiment_runs() -> None:
 
 def test_the_untimed_time_per_phase_is_the_mean_over_the_trials_that_recorded_it() -> None:
     experiment = experiment_record(finished="2026-12-02T10:00:20+00:00")
-    runs = [_run(4.0), _run(6.0)]
-    runs[0]["facts"] = {"phase_build_s": 1.0, "phase_prepare_s": 2.0, "phase_teardown_s": 0.5}
-    runs[1]["facts"] = {"phase_build_s": 3.0, "phase_around_run_s": 0.25}
+    runs = [
+        _run(4.0, phase_build_s=1.0, phase_prepare_s=2.0, phase_teardown_s=0.5),
+        _run(6.0, phase_build_s=3.0, phase_around_run_s=0.25),
+    ]
     line = host_state.time_share_line(experiment, runs)
     assert line == (
         "time in timed runs: 10 s of 20 s (50 %); the rest is 5.00 s per trial: building the stack "

@@ -2,27 +2,21 @@
 
 import numpy as np
 
+from layerbench.core.runs import RunRecord
+from layerbench.plan.expansion import Increment
 from layerbench.stats import Design, Entry, compare_family
 from layerbench.stats.marginal import marginals
 
 INCREMENTS = {
-    "image": {"previous": "dir", "layer": "image"},
-    "image+overlay": {"previous": "image", "layer": "overlay"},
-    "box": {"previous": "image+overlay", "layer": "fuse"},
+    "image": Increment("dir", "image"),
+    "image+overlay": Increment("image", "overlay"),
+    "box": Increment("image+overlay", "fuse"),
 }
 
 
-def runs(stack: str, values: list[float]) -> list[dict[str, object]]:
+def runs(stack: str, values: list[float]) -> list[RunRecord]:
     return [
-        {
-            "stack": stack,
-            "workload": "w",
-            "rep": rep,
-            "status": "ok",
-            "warmup": False,
-            "wall_s": v,
-            "facts": {},
-        }
+        RunRecord(rep, stack, "w", "ok", rep=rep, values={"wall_s": v})
         for rep, v in enumerate(values)
     ]
 
@@ -64,7 +58,7 @@ def test_the_steps_are_one_family_of_their_own() -> None:
     ]
     by_stack: dict[str, list[float]] = {}
     for run in data:
-        by_stack.setdefault(str(run["stack"]), []).append(float(run["wall_s"]))  # type: ignore[arg-type]
+        by_stack.setdefault(run.stack, []).append(run.wall_s)
     pairs = [("image", "dir"), ("image+overlay", "image"), ("box", "image+overlay")]
     alone = compare_family(
         [Entry(s, "w", by_stack[s], by_stack[p], by_stack[s], by_stack[p]) for s, p in pairs],

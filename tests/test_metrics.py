@@ -10,6 +10,7 @@ import pytest
 
 from layerbench import reports, stats
 from layerbench.core import metrics
+from layerbench.core.runs import known
 from layerbench.reports import json_export
 from layerbench.store import Store
 
@@ -53,7 +54,7 @@ def test_a_results_file_of_the_landed_main_reports_the_same_figures(landed: Path
     assert len(data.runs) == 16 and data.experiment.status == "done"
     everything = stats.measured(data.runs, disturbed=True)
     for (stack, workload, metric), median in LANDED_MEDIANS.items():
-        values = sorted(r[metric] for r in everything[(stack, workload)])
+        values = sorted(known(everything[(stack, workload)], metric))
         assert values[len(values) // 2] == pytest.approx(median), (stack, workload, metric)
         # Today's statistics leave a run flagged disturbed out (see docs/statistics.md).
         if not any(stats.is_disturbed(r) for r in everything[(stack, workload)]):
@@ -99,7 +100,7 @@ def test_a_counter_added_to_the_registry_reaches_store_statistics_and_json(
             }
             store.add_run_row(experiment, run, {}, {}, [])
     data = reports.gather(store, experiment)
-    assert data.runs[0]["pressure_io_s"] == pytest.approx(0.10)
+    assert data.runs[0].value("pressure_io_s") == pytest.approx(0.10)
     row = data.summary("b", "w", "pressure_io_s")
     assert row is not None and row.ratio == pytest.approx(3.0, rel=0.01) and row.decision == "slower"
     document = json.loads(reports.render(data, "json"))

@@ -107,7 +107,7 @@ def test_postgresql_takes_the_runs_of_several_writers_at_once(postgres_cluster) 
     assert all(w.returncode == 0 for w in writers)
     store = Store(url)
     assert sorted(store.run_count(i) for i in ids) == [40] * 4
-    assert sorted(r["trial"] for r in store.runs(ids[0])) == list(range(40))
+    assert sorted(r.trial for r in store.runs(ids[0])) == list(range(40))
     assert {e.host for e in store.history()} == {f"host{n}" for n in range(4)}
 
 

@@ -3,10 +3,12 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from layerbench.core.runs import RunRecord
 from layerbench.observe import measure, noise
 
 
@@ -38,8 +40,8 @@ def test_a_cpu_hog_beside_the_run_flags_it_disturbed(tmp_path: Path) -> None:
             hog.wait()
     assert counters.facts["disturbed"] is True, counters.facts
     assert counters.facts["others_cpu_s"] > 0.5
-    run = {"stack": "s", "workload": "w", "rep": 0, "warmup": False, "facts": counters.facts}
-    (line,) = noise.warnings([run, {**run, "facts": {"disturbed": False}}])
+    run = RunRecord(0, "s", "w", "ok", facts=counters.facts)
+    (line,) = noise.warnings([run, replace(run, facts={"disturbed": False})])
     assert line.startswith("1 run(s) disturbed") and "s/w rep 1" in line
 
 

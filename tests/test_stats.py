@@ -3,6 +3,7 @@ what they say, and a family of comparisons corrected together."""
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,14 +12,17 @@ from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from layerbench import stats
+from layerbench.core.runs import RunRecord
 from layerbench.reports.base import csh_elapsed
 from layerbench.selftest import validity
 from layerbench.stats import family, intervals, methods
 
 
-def _runs(stack: str, values: list[float], workload: str = "w", **extra: object) -> list[dict[str, object]]:
+def _runs(stack: str, values: list[float], workload: str = "w", **extra: object) -> list[RunRecord]:
     return [
-        {"stack": stack, "workload": workload, "rep": i, "warmup": 0, "status": "ok", "wall_s": v, **extra}
+        RunRecord.from_row(
+            {"stack": stack, "workload": workload, "rep": i, "status": "ok", "wall_s": v, **extra}
+        )
         for i, v in enumerate(values)
     ]
 
@@ -173,16 +177,16 @@ def test_family_wise_false_alarms_at_n_8_stay_at_alpha(paired: bool) -> None:
 
 def test_disturbed_runs_are_left_out() -> None:
     runs = _runs("a", [1.0, 1.1, 0.9]) + _runs("b", [1.0, 1.05, 0.95])
-    runs.append({**_runs("b", [9.0])[0], "rep": 3, "facts": {"disturbed": True}})
+    runs.append(replace(_runs("b", [9.0])[0], rep=3, facts={"disturbed": True}))
     (row,) = [r for r in stats.summaries(runs, "a", ["a", "b"], ["w"], ["wall_s"]) if r.stack == "b"]
     assert row.n == 3 and row.median == 1.0
 
 
 def test_warmups_and_failures_are_not_measured() -> None:
-    warmup = {"stack": "a", "workload": "w", "rep": 0, "warmup": 1, "status": "ok", "wall_s": 50.0}
-    failed = {"stack": "a", "workload": "w", "rep": 2, "warmup": 0, "status": "failed", "wall_s": 0.0}
+    warmup = RunRecord(0, "a", "w", "ok", rep=0, warmup=True, values={"wall_s": 50.0})
+    failed = RunRecord(0, "a", "w", "failed", rep=2, values={"wall_s": 0.0})
     runs = [*_runs("a", [1.0, 1.1]), warmup, failed]
-    assert [r["wall_s"] for r in stats.measured(runs)[("a", "w")]] == [1.0, 1.1]
+    assert [r.wall_s for r in stats.measured(runs)[("a", "w")]] == [1.0, 1.1]
 
 
 def test_pairs_use_the_repetitions_both_stacks_have() -> None:
@@ -236,9 +240,8 @@ def test_runs_mostly_flagged_disturbed_are_kept() -> None:
     gets most of its runs flagged: they are kept, not all thrown away."""
     runs = _runs("a", [1.0, 1.1, 0.9]) + _runs("b", [2.0, 2.1, 1.9], facts={"disturbed": True})
     assert len(stats.measured(runs)[("b", "w")]) == 3
-    runs[-1]["facts"] = {"disturbed": False}
-    runs[-2]["facts"] = {"disturbed": False}
-    assert [r["wall_s"] for r in stats.measured(runs)[("b", "w")]] == [2.1, 1.9]
+    runs[-2:] = [replace(run, facts={"disturbed": False}) for run in runs[-2:]]
+    assert [r.wall_s for r in stats.measured(runs)[("b", "w")]] == [2.1, 1.9]
 
 
 def test_an_unbounded_interval_is_null_in_json_and_absent_from_the_plot() -> None:

@@ -26,8 +26,8 @@ def test_runs_round_trip(store_location: str) -> None:
     run = run_row()
     store.add_run_row(ident, run, {"vda": {"write_bytes": 5}}, {"fill_bytes": 7})
     (stored,) = store.runs(ident)
-    assert stored["devices"] == {"vda": {"write_bytes": 5}} and stored["facts"] == {"fill_bytes": 7}
-    assert stored["warmup"] is False and stored["wall_s"] == 1
+    assert stored.devices == {"vda": {"write_bytes": 5}} and stored.facts == {"fill_bytes": 7}
+    assert stored.warmup is False and stored.wall_s == 1 and stored.experiment_id == ident
     store.set_stack_info(ident, "a", {"layers": ["bind"]})
     store.add_warning(ident, "noisy")
     store.add_warning(ident, "noisy")
@@ -94,7 +94,7 @@ def test_samples_sentinels_facts_and_reasons_round_trip(store_location: str) -> 
     store.set_experiment_fact(ident, "reps", {"a": 7})
     store.finish_experiment(ident, "interrupted", "host lost")
     (stored,) = store.runs(ident)
-    assert stored["write_bytes"] == 5 * 2**40 and stored["warmup"] is True
+    assert stored.value("write_bytes") == 5 * 2**40 and stored.warmup is True
     (samples,) = store.samples(ident).values()
     assert [s.write_bytes for s in samples] == [2**33, 2**33 + 1, 2**33 + 2]
     assert samples[0].dirty_bytes is None  # not written: None, never 0

@@ -66,7 +66,7 @@ def test_a_server_stopped_mid_experiment_is_store_lost_and_the_stored_runs_stay_
     own_cluster.restart()
     store = Store(url)
     assert experiment.id is not None
-    assert [run["trial"] for run in store.runs(experiment.id)] == list(range(STOPPED_IN_TRIAL))
+    assert [run.trial for run in store.runs(experiment.id)] == list(range(STOPPED_IN_TRIAL))
     assert all(len(series) == 3 for series in store.samples(experiment.id).values())
     # Its process is alive, so nothing marks it yet; once the process is gone, the next
     # run or clean marks it, and says why.

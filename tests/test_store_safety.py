@@ -146,7 +146,7 @@ def test_a_counter_registered_since_the_store_was_written_reads_as_empty(
     monkeypatch.setattr(metrics, "BY_NAME", {m.name: m for m in registry})
     before = db.read_bytes()
     (stored,) = Store(db, read_only=True).runs(ident)
-    assert stored["pressure_io_s"] is None and stored["wall_s"] == 1
+    assert stored.value("pressure_io_s") is None and stored.wall_s == 1
     assert db.read_bytes() == before
 
 

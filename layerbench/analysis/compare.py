@@ -21,6 +21,7 @@ import numpy as np
 from layerbench import stats
 from layerbench.analysis import drift
 from layerbench.core.errors import UserError
+from layerbench.core.runs import RunRecord
 from layerbench.observe import sentinel
 from layerbench.store import ExperimentRecord, ExperimentSummary, FleetRecord, Location, Store
 from layerbench.store.records import Trend
@@ -33,7 +34,7 @@ SCHEMA_VERSION = 2  # 2: relative rows, the drift verdict; `rows` are the absolu
 class Side:
     db: "Path | Location"
     experiment: ExperimentRecord
-    runs: list[dict[str, Any]]
+    runs: list[RunRecord]
     sentinels: list[sentinel.Sample] = field(default_factory=list)
 
     @property
@@ -44,15 +45,13 @@ class Side:
         """The stack's wall time over the baseline's, per round both ran in (by repetition;
         a re-run of a disturbed trial stands in for its round)."""
         groups = stats.measured(self.runs)
-        own = {r["rep"]: r[METRIC] for r in groups.get((stack, workload), [])}
-        base = {r["rep"]: r[METRIC] for r in groups.get((self.baseline, workload), [])}
+        own = {r.rep: r.required(METRIC) for r in groups.get((stack, workload), [])}
+        base = {r.rep: r.required(METRIC) for r in groups.get((self.baseline, workload), [])}
         return [own[rep] / base[rep] for rep in sorted(own.keys() & base.keys()) if base[rep] > 0]
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.experiment.id} ({self.experiment.name}, {self.experiment.host.hostname})"
-        )
+        return f"{self.experiment.id} ({self.experiment.name}, {self.experiment.host.hostname})"
 
     def pairs(self) -> list[tuple[str, str]]:
         plan = self.experiment.plan
@@ -206,8 +205,8 @@ def compare(a: Side, b: Side) -> Comparison:
         (
             stack,
             workload,
-            [r[METRIC] for r in groups_b.get((stack, workload), [])],
-            [r[METRIC] for r in groups_a.get((stack, workload), [])],
+            [r.required(METRIC) for r in groups_b.get((stack, workload), [])],
+            [r.required(METRIC) for r in groups_a.get((stack, workload), [])],
         )
         for stack, workload in pairs_b
         if (stack, workload) in pairs_a

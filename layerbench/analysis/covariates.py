@@ -12,6 +12,8 @@ help". A covariate is one entry of COVARIATES, read from the run's facts.
 from dataclasses import dataclass
 from typing import Any
 
+from layerbench.core.runs import RunRecord
+
 NOISY_CV = 0.10
 ALPHA = 0.01
 MIN_RUNS = 5
@@ -84,25 +86,21 @@ def _cv(values: list[float]) -> float:
     return float((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean)
 
 
-def associations(runs: list[dict[str, Any]]) -> list[Association]:
+def associations(runs: list[RunRecord]) -> list[Association]:
     """Every significant (covariate, noisy cell) association among the measured ok runs."""
     from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
 
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    cells: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
-        if run["status"] == "ok" and not run.get("warmup"):
-            cells.setdefault((run["stack"], run["workload"]), []).append(run)
+        if run.ok and not run.warmup:
+            cells.setdefault((run.stack, run.workload), []).append(run)
     found = []
     for (stack, workload), members in cells.items():
-        times = [float(r["wall_s"]) for r in members]
+        times = [r.wall_s for r in members]
         if len(times) < MIN_RUNS or _cv(times) <= NOISY_CV:
             continue
         for covariate in COVARIATES:
-            pairs = [
-                (value, float(r["wall_s"]))
-                for r in members
-                if (value := covariate.value(r.get("facts", {}))) is not None
-            ]
+            pairs = [(value, r.wall_s) for r in members if (value := covariate.value(r.facts)) is not None]
             if len(pairs) < MIN_RUNS or len({x for x, _ in pairs}) < 2:
                 continue
             rho, p_value = scipy_stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
@@ -116,5 +114,5 @@ def associations(runs: list[dict[str, Any]]) -> list[Association]:
     return found
 
 
-def notes(runs: list[dict[str, Any]]) -> list[str]:
+def notes(runs: list[RunRecord]) -> list[str]:
     return [association.sentence() for association in associations(runs)]

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
 from layerbench.observe import measure
 from layerbench.stats import Summary
@@ -169,12 +170,12 @@ def reference(row: Summary | None, base: Summary | None) -> float | None:
 
 
 def beside(
-    groups: dict[tuple[str, str], list[dict[str, Any]]], baseline: str, stack: str, workload: str
-) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[RunRecord]], baseline: str, stack: str, workload: str
+) -> dict[tuple[str, str], list[RunRecord]]:
     """groups with the baseline's runs of workload cut to the repetitions stack has: the runs
     a paired comparison measured side by side (a budget gives undecided stacks more rounds)."""
-    reps = {r.get("rep") for r in groups.get((stack, workload), [])}
-    cut = [r for r in groups.get((baseline, workload), []) if r.get("rep") in reps]
+    reps = {r.rep for r in groups.get((stack, workload), [])}
+    cut = [r for r in groups.get((baseline, workload), []) if r.rep in reps]
     return {**groups, (baseline, workload): cut}
 
 
@@ -188,10 +189,10 @@ def split(summaries: list[Summary], stack: str, workload: str) -> Split | None:
 
 
 def _absent_then_present(
-    groups: dict[tuple[str, str], list[dict[str, Any]]], baseline: str, stack: str, workload: str, metric: str
+    groups: dict[tuple[str, str], list[RunRecord]], baseline: str, stack: str, workload: str, metric: str
 ) -> bool:
-    base = [r.get(metric) for r in groups.get((baseline, workload), [])]
-    mine = [r.get(metric) for r in groups.get((stack, workload), [])]
+    base = [r.value(metric) for r in groups.get((baseline, workload), [])]
+    mine = [r.value(metric) for r in groups.get((stack, workload), [])]
     return bool(base and mine) and all(v == 0 for v in base) and all(v is not None and v > 0 for v in mine)
 
 
@@ -200,7 +201,7 @@ def attribute(
     baseline: str,
     stack: str,
     workload: str,
-    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+    groups: dict[tuple[str, str], list[RunRecord]] | None = None,
 ) -> Attribution | None:
     """The named parts of stack's elapsed difference from the baseline (see the rule above).
     groups: the measured runs by (stack, workload), for the parts the baseline lacks."""
@@ -253,22 +254,22 @@ def _median(values: list[float]) -> float | None:
 
 
 def evidence(
-    groups: dict[tuple[str, str], list[dict[str, Any]]], baseline: str, stack: str, workload: str
+    groups: dict[tuple[str, str], list[RunRecord]], baseline: str, stack: str, workload: str
 ) -> Evidence:
     runs, base_runs = groups.get((stack, workload), []), groups.get((baseline, workload), [])
     found = Evidence()
     chain = measure.device_chain(runs)
     if chain:
         found.bottom, found.through = chain[-1], chain[:-1]
-    busy = _median([r["disk_busy_pct"] for r in runs if r.get("disk_busy_pct") is not None])
-    base_busy = _median([r["disk_busy_pct"] for r in base_runs if r.get("disk_busy_pct") is not None])
+    busy = _median(known(runs, "disk_busy_pct"))
+    base_busy = _median(known(base_runs, "disk_busy_pct"))
     if busy is not None and base_busy is not None:
         found.busy = (base_busy, busy)
     found.amplification = _median(
         [
-            r["disk_write_bytes"] / r["units"]
+            written / r.units
             for r in runs
-            if r.get("unit") == "bytes" and r.get("units") and r.get("disk_write_bytes") is not None
+            if r.unit == "bytes" and r.units and (written := r.value("disk_write_bytes")) is not None
         ]
     )
     return found
@@ -285,7 +286,7 @@ def reading(top: Change, proof: Evidence, threads: list[str]) -> str:
 
 
 def grown_threads(
-    groups: dict[tuple[str, str], list[dict[str, Any]]],
+    groups: dict[tuple[str, str], list[RunRecord]],
     baseline: str,
     stack: str,
     workload: str,
@@ -293,10 +294,10 @@ def grown_threads(
 ) -> list[str]:
     """The kernel-thread families whose median CPU grew the most against the baseline."""
 
-    def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
-        names = {n for r in runs for n in (r.get("facts") or {}).get("kernel", {}).get("threads_cpu_s", {})}
+    def medians(runs: list[RunRecord]) -> dict[str, float]:
+        names = {n for r in runs for n in r.fact("kernel", {}).get("threads_cpu_s", {})}
         return {
-            n: float(np.median([r["facts"]["kernel"].get("threads_cpu_s", {}).get(n, 0.0) for r in runs]))
+            n: float(np.median([r.facts["kernel"].get("threads_cpu_s", {}).get(n, 0.0) for r in runs]))
             for n in names
         }
 
@@ -306,9 +307,7 @@ def grown_threads(
     return [f"{n} +{d:.2f} s" for d, n in grown[:most] if d > 0.005]
 
 
-def flow(
-    runs: list[dict[str, Any]], direction: str = "write"
-) -> tuple[float | None, list[tuple[str, float]]]:
+def flow(runs: list[RunRecord], direction: str = "write") -> tuple[float | None, list[tuple[str, float]]]:
     """(median bytes the workload moved in direction, [(device, median bytes it moved)], top
     first). The workload's bytes: fio's own count for that direction where it reports one;
     else, for writes, its work when counted in bytes; else unknown (None). A workload that
@@ -316,20 +315,18 @@ def flow(
     chain = measure.device_chain(runs)
     hops = []
     for device in chain or []:
-        values = [
-            r["devices"][device][f"{direction}_bytes"] for r in runs if device in (r.get("devices") or {})
-        ]
+        values = [r.devices[device][f"{direction}_bytes"] for r in runs if device in r.devices]
         if values:
             hops.append((device, float(np.median(values))))
     own = f"{direction}_io_bytes"
-    if any(r.get(f"{other}_io_bytes") is not None for r in runs for other in ("read", "write")):
-        return float(np.median([r.get(own) or 0 for r in runs])), hops
+    if any(r.has(f"{other}_io_bytes") for r in runs for other in ("read", "write")):
+        return float(np.median([r.value(own) or 0 for r in runs])), hops
     if direction != "write":
         return None, hops
-    return _median([r["units"] for r in runs if r.get("unit") == "bytes" and r.get("units")]), hops
+    return _median([r.units for r in runs if r.unit == "bytes" and r.units]), hops
 
 
-def flow_text(runs: list[dict[str, Any]]) -> str | None:
+def flow_text(runs: list[RunRecord]) -> str | None:
     """`1.00 GiB written by the workload -> 1.02 GiB to loop0 -> 1.03 GiB to vda (x1.03)`:
     the medians over a stack's runs of what each device of the stack received."""
     written, hops = flow(runs)
@@ -341,14 +338,14 @@ def flow_text(runs: list[dict[str, Any]]) -> str | None:
     return " -> ".join(parts) + tail
 
 
-def layers_of_run(run: dict[str, Any]) -> list[dict[str, Any]]:
+def layers_of_run(run: RunRecord) -> list[dict[str, Any]]:
     """A run's bytes per device of its stack, top first, each with its write amplification
     against what the workload wrote (when its work is counted in bytes)."""
     chain = measure.device_chain([run]) or []
-    written = run.get("units") if run.get("unit") == "bytes" else None
+    written = run.units if run.unit == "bytes" else None
     found = []
     for device in chain:
-        counters = (run.get("devices") or {}).get(device)
+        counters = run.devices.get(device)
         if counters is None:
             continue
         found.append(
@@ -367,7 +364,7 @@ def summary_extra(
     summaries: list[Summary],
     baseline: str,
     row: Summary,
-    groups: dict[tuple[str, str], list[dict[str, Any]]],
+    groups: dict[tuple[str, str], list[RunRecord]],
 ) -> dict[str, Any] | None:
     """The `decomposition` of an elapsed-time summary row: its split and, against the
     baseline, the attribution of its difference."""

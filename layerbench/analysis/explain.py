@@ -42,10 +42,10 @@ metric's comparisons corrected as one family, see stats):
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from layerbench.analysis import decompose
 from layerbench.core import metrics
+from layerbench.core.runs import RunRecord
 from layerbench.stats import Summary
 
 MOVED_RATIO = 1.25
@@ -174,7 +174,7 @@ def why(
     baseline: str,
     stack: str,
     workload: str,
-    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+    groups: dict[tuple[str, str], list[RunRecord]] | None = None,
 ) -> Why | None:
     """The read-out for stack against baseline under workload, or None if its elapsed
     time does not differ significantly. groups: the measured runs by (stack, workload), for
@@ -230,7 +230,7 @@ def _attribution(
     baseline: str,
     stack: str,
     workload: str,
-    groups: dict[tuple[str, str], list[dict[str, Any]]] | None,
+    groups: dict[tuple[str, str], list[RunRecord]] | None,
 ) -> decompose.Attribution | None:
     """The split's attribution where the host measured the kernel's parts of it (runs
     stored before they were measured keep the counters' read-out alone)."""
@@ -246,7 +246,7 @@ def why_lines(
     baseline: str,
     stacks: list[str],
     workload: str,
-    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+    groups: dict[tuple[str, str], list[RunRecord]] | None = None,
 ) -> list[str]:
     """One line per stack that differs significantly, in the plan's order."""
     found = (why(summaries, baseline, stack, workload, groups) for stack in stacks)

@@ -3,13 +3,15 @@ counters come from inside the guest and which from the host."""
 
 from typing import Any
 
+from layerbench.core.runs import RunRecord
 
-def notes(runs: list[dict[str, Any]]) -> list[str]:
+
+def notes(runs: list[RunRecord]) -> list[str]:
     seen: dict[str, dict[str, Any]] = {}
     for run in runs:
-        guest = run.get("facts", {}).get("guest")
-        if guest and run["stack"] not in seen:
-            seen[run["stack"]] = guest
+        guest = run.fact("guest")
+        if guest and run.stack not in seen:
+            seen[run.stack] = guest
     lines = []
     for stack, guest in seen.items():
         lines.append(

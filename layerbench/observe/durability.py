@@ -19,6 +19,7 @@ data in memory (tmpfs) has no device and is not checked."""
 from typing import Any
 
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import format_size
 
 FACTS = declare(
@@ -62,19 +63,19 @@ def describe(fact: dict[str, Any]) -> str:
     return f"only {reached} of {claimed} reached {fact['device']} inside the timed run"
 
 
-def warnings(runs: list[dict[str, Any]]) -> list[str]:
+def warnings(runs: list[RunRecord]) -> list[str]:
     """One line per stack and workload with runs that did not make their data durable."""
-    missed: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    missed: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
-        fact = (run.get("facts") or {}).get("durability")
-        if run["status"] == "ok" and fact and not fact["durable"]:
-            missed.setdefault((run["stack"], run["workload"]), []).append(run)
+        fact = run.fact("durability")
+        if run.ok and fact and not fact["durable"]:
+            missed.setdefault((run.stack, run.workload), []).append(run)
     found = []
     for (stack, workload), group in missed.items():
-        first = group[0]["facts"]["durability"]
+        first = group[0].facts["durability"]
         found.append(
             f"not durable: {stack}/{workload}: {len(group)} run(s) where {describe(first)} (rep "
-            f"{group[0]['rep'] + 1}); a layer of the stack does not pass the workload's sync down, "
+            f"{group[0].rep + 1}); a layer of the stack does not pass the workload's sync down, "
             f"so the time left out the write-back"
         )
     return found

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 from layerbench.linux import cgroups, procfs
 from layerbench.observe import kernelstats, noise, sampling
 
@@ -476,9 +477,9 @@ def failed(error: str) -> RunCounters:
     return RunCounters(status="failed", error=error, exit_code=None, **counters)
 
 
-def device_chain(runs: list[dict[str, Any]]) -> list[str] | None:
+def device_chain(runs: list[RunRecord]) -> list[str] | None:
     """The stack's devices, top first, as its runs recorded them (None before they did)."""
     return next(
-        (chain for r in runs if (chain := (r.get("facts") or {}).get("kernel", {}).get("devices_top_first"))),
+        (chain for r in runs if (chain := r.fact("kernel", {}).get("devices_top_first"))),
         None,
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from layerbench import stats
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 
 FACTS = declare(
     Fact("load_1m", "before", "the one-minute load average as the run started"),
@@ -61,25 +62,25 @@ def judge(before: Snapshot, after: Snapshot, wall_s: float, own_cpu_s: float) ->
     }
 
 
-def warnings(runs: list[dict[str, Any]]) -> list[str]:
+def warnings(runs: list[RunRecord]) -> list[str]:
     """One line naming the runs other processes disturbed, for the reports."""
-    hit = [r for r in runs if (r.get("facts") or {}).get("disturbed")]
+    hit = [r for r in runs if r.fact("disturbed")]
     if not hit:
         return []
-    measured = [r for r in hit if not r["warmup"]]
-    reruns = [r for r in runs if (r.get("facts") or {}).get("rerun")]
+    measured = [r for r in hit if not r.warmup]
+    reruns = [r for r in runs if r.fact("rerun")]
     # A repetition stayed disturbed when every run of it was.
     by_rep: dict[tuple[str, str, int], list[bool]] = {}
     for run in runs:
-        if not run["warmup"] and run.get("status", "ok") == "ok":
-            key = (run["stack"], run["workload"], run["rep"])
+        if run.measured:
+            key = (run.stack, run.workload, run.rep)
             by_rep.setdefault(key, []).append(stats.is_disturbed(run))
     stayed = sum(1 for flags in by_rep.values() if all(flags))
-    groups = stats.measured([{"status": "ok", **r} for r in runs], disturbed=True)
+    groups = stats.measured(runs, disturbed=True)
     whole = [f"{s}/{w}" for (s, w), group in groups.items() if stats.mostly_disturbed(group)]
     shown = ", ".join(
-        f"{r['stack']}/{r['workload']} rep {r['rep'] + 1}{' (warm-up)' if r['warmup'] else ''}"
-        f" {r['facts']['others_cpu_share']:.0%}"
+        f"{r.stack}/{r.workload} rep {r.rep + 1}{' (warm-up)' if r.warmup else ''}"
+        f" {r.facts['others_cpu_share']:.0%}"
         for r in hit[:8]
     )
     more = f" and {len(hit) - 8} more" if len(hit) > 8 else ""

@@ -25,6 +25,7 @@ from typing import Any
 
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 from layerbench.linux import namespace, system
 from layerbench.observe import measure
 from layerbench.scratch import Scratch
@@ -213,13 +214,13 @@ def cdf(buckets: list[tuple[int, int, int]]) -> tuple[list[float], list[float]]:
     return [float(max(high, 1)) for _, high, _ in buckets], shares
 
 
-def warnings(runs: list[dict[str, Any]]) -> list[str]:
+def warnings(runs: list[RunRecord]) -> list[str]:
     """One line per workload whose trace was asked for and not recorded, with why."""
     said: dict[str, str] = {}
     for run in runs:
-        reason = (run.get("facts") or {}).get("trace_block_missing")
-        if reason and run["workload"] not in said:
-            said[run["workload"]] = reason
+        reason = run.fact("trace_block_missing")
+        if reason and run.workload not in said:
+            said[run.workload] = reason
     return [
         f'workload {workload}: trace = "block" was not recorded: {reason}; the runs went on without it'
         for workload, reason in said.items()
@@ -227,18 +228,18 @@ def warnings(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def stack_lines(
-    groups: dict[tuple[str, str], list[dict[str, Any]]], stacks: list[str], workload: str
+    groups: dict[tuple[str, str], list[RunRecord]], stacks: list[str], workload: str
 ) -> dict[str, tuple[list[float], list[float]]]:
     """For a latency CDF figure: per stack and device of the stack, its requests' latency
     over all the stack's measured runs."""
     lines = {}
     for stack in stacks:
-        runs = [r for r in groups.get((stack, workload), []) if (r.get("facts") or {}).get("trace_block")]
+        runs = [r for r in groups.get((stack, workload), []) if r.fact("trace_block")]
         chain = measure.device_chain(runs) or []
         for device in chain:
             merged: dict[tuple[int, int], int] = {}
             for run in runs:
-                for low, high, count in run["facts"]["trace_block"].get(device, []):
+                for low, high, count in run.facts["trace_block"].get(device, []):
                     merged[(low, high)] = merged.get((low, high), 0) + count
             if merged:
                 buckets = sorted((low, high, count) for (low, high), count in merged.items())

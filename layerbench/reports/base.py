@@ -9,6 +9,7 @@ import numpy as np
 from layerbench import stats
 from layerbench.analysis import covariates, decompose, explain
 from layerbench.core import metrics
+from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
 from layerbench.guest import notes as guest_notes
 from layerbench.observe import durability, fsstate, noise, sentinel, tracing
@@ -22,7 +23,7 @@ from layerbench.workloads.base import load_kinds as load_workload_kinds
 @dataclass
 class ReportData:
     experiment: ExperimentRecord
-    runs: list[dict[str, Any]]
+    runs: list[RunRecord]
     summaries: list[stats.Summary]
     warnings: list[str]
     stacks: list[str]
@@ -48,7 +49,7 @@ class ReportData:
         """Each sweep's stacks, by the stack it was written as (in the plan's order)."""
         groups: dict[str, list[str]] = {}
         for stack, point in self.experiment.plan.sweeps.items():
-            groups.setdefault(point["group"], []).append(stack)
+            groups.setdefault(point.group, []).append(stack)
         return groups
 
     def sweep_values(self, stack: str) -> dict[str, Any]:
@@ -81,7 +82,7 @@ class ReportData:
         return lines
 
     @cached_property
-    def measured(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    def measured(self) -> dict[tuple[str, str], list[RunRecord]]:
         """The runs the statistics keep, by (stack, workload): computed once per report."""
         return stats.measured(self.runs)
 
@@ -99,11 +100,11 @@ class ReportData:
         row = self.summary(stack, workload, metric)
         return row.median if row else None
 
-    def failed_runs(self) -> list[dict[str, Any]]:
-        return [r for r in self.runs if r["status"] == "failed"]
+    def failed_runs(self) -> list[RunRecord]:
+        return [r for r in self.runs if r.status == "failed"]
 
     def unit(self, workload: str) -> str | None:
-        return next((r["unit"] for r in self.runs if r["workload"] == workload and r["unit"]), None)
+        return next((r.unit for r in self.runs if r.workload == workload and r.unit), None)
 
     def why_lines(self, workload: str) -> list[str]:
         """The "why" read-out for each stack that differs significantly (see analysis/explain.py)."""
@@ -128,16 +129,12 @@ class ReportData:
         """Per-counter medians over the measured runs (for the table's counter columns)."""
         group = self.measured.get((stack, workload), [])
         keys = metrics.column_names()
-        return (
-            {k: float(np.median([r[k] for r in group if r.get(k) is not None] or [0])) for k in keys}
-            if group
-            else {}
-        )
+        return {k: float(np.median(known(group, k) or [0])) for k in keys} if group else {}
 
-    def median_run(self, stack: str, workload: str) -> dict[str, Any] | None:
+    def median_run(self, stack: str, workload: str) -> RunRecord | None:
         """The measured run with the median elapsed time (the lower one of an even count):
         one real run whose counters belong together, for the csh `time` line."""
-        group = sorted(self.measured.get((stack, workload), []), key=lambda r: r["wall_s"])
+        group = sorted(self.measured.get((stack, workload), []), key=lambda r: r.wall_s)
         return group[(len(group) - 1) // 2] if group else None
 
     def design_note(self) -> str | None:
@@ -208,9 +205,9 @@ def workload_kind(data: ReportData, workload: str) -> type[Workload[WorkloadOpti
     return load_workload_kinds()[data.experiment.plan.kind_of(workload)]
 
 
-def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[dict[str, Any]]]:
+def _runs_by_stack(data: ReportData, workload: str) -> dict[str, list[RunRecord]]:
     return {
-        stack: [r for r in data.runs if (r["stack"], r["workload"]) == (stack, workload) and not r["warmup"]]
+        stack: [r for r in data.runs if (r.stack, r.workload) == (stack, workload) and not r.warmup]
         for stack in data.stacks
     }
 
@@ -239,18 +236,19 @@ def csh_elapsed(seconds: float) -> str:
     return f"{minutes}:{rest // 100:02d}.{rest % 100:02d}"
 
 
-def csh_time_line(counters: dict[str, float]) -> str:
+def csh_time_line(run: RunRecord) -> str:
     """The csh `time` line: 176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w.
 
     The fields of one run: user, system, elapsed, CPU % ((user + system) / elapsed), then
     memory as `shared+unshared k`: Linux's rusage keeps no averages of those, so it reads
     0 + the peak resident size in KiB; then block input+output in 512-byte units, major
     page faults and swaps (0: Linux does not count them)."""
+    count = run.required
     return (
-        f"{counters['user_s']:.3f}u {counters['sys_s']:.3f}s {csh_elapsed(counters['wall_s'])} "
-        f"{counters['cpu_pct']:.1f}% 0+{round(counters['maxrss_kb'])}k "
-        f"{round(counters['inblock'])}+{round(counters['oublock'])}io "
-        f"{round(counters['majflt'])}pf+0w"
+        f"{count('user_s'):.3f}u {count('sys_s'):.3f}s {csh_elapsed(run.wall_s)} "
+        f"{count('cpu_pct'):.1f}% 0+{round(count('maxrss_kb'))}k "
+        f"{round(count('inblock'))}+{round(count('oublock'))}io "
+        f"{round(count('majflt'))}pf+0w"
     )
 
 

@@ -4,6 +4,7 @@ sentinel's parts side by side, and the host differences."""
 
 from layerbench import stats
 from layerbench.analysis.compare import Comparison
+from layerbench.core.runs import known
 from layerbench.reports import host_state, plots
 from layerbench.reports.base import fmt_median_ci, fmt_ratio, host_lines
 from layerbench.reports.document import Block, Cell, Document, Figure, Lines, Section, Table
@@ -24,7 +25,7 @@ def absolute_rows(comparison: Comparison) -> list[list[str]]:
     groups_a = stats.measured(comparison.a.runs)
     result = []
     for row in comparison.rows:
-        values_a = [r[row.metric] for r in groups_a.get((row.stack, row.workload), [])]
+        values_a = known(groups_a.get((row.stack, row.workload), []), row.metric)
         reference = stats.describe(row.stack, row.workload, row.metric, values_a)
         verdict = {"slower": "B slower", "faster": "B faster"}.get(row.decision, row.verdict)
         result.append(

@@ -101,11 +101,9 @@ def _cost(data: ReportData) -> Section:
 
     def walls(stack: str, workload: str, warmup: bool) -> list[float]:
         return [
-            r["wall_s"]
+            r.wall_s
             for r in data.runs
-            if (r["stack"], r["workload"]) == (stack, workload)
-            and r["status"] == "ok"
-            and bool(r["warmup"]) == warmup
+            if (r.stack, r.workload) == (stack, workload) and r.ok and bool(r.warmup) == warmup
         ]
 
     runs = {
@@ -118,7 +116,7 @@ def _cost(data: ReportData) -> Section:
     ]
     if note := data.design_note():
         lines.append(note)
-    spread = [r["wall_s"] for r in data.runs if r["status"] == "ok"]
+    spread = [r.wall_s for r in data.runs if r.ok]
     if spread:
         lines.append(
             f"{len(data.runs)} runs, elapsed times from {min(spread):.3f} s to {max(spread):.3f} s "
@@ -261,13 +259,13 @@ def _numbers(data: ReportData, workload: str) -> Lines:
         run = data.median_run(stack, workload)
         if run is None:
             shown = "no successful runs"
-        elif any(run.get(key) is None for key in CSH_COUNTERS):
+        elif not all(run.has(key) for key in CSH_COUNTERS):
             shown = "its counters were not all recorded (a run stored by a layerbench without them)"
         else:
             shown = csh_time_line(run)
         lines.append(f"{stack + ':':<{width}} {shown}")
         if run:
-            chosen.append(f"{stack} rep {run['rep'] + 1}")
+            chosen.append(f"{stack} rep {run.rep + 1}")
     if chosen:
         lines.append(f"(the runs shown: {', '.join(chosen)}; {CSH_FIELDS})")
     return Lines(lines, "Numbers (the run with the median elapsed time of each stack)", preformatted=True)
@@ -490,7 +488,7 @@ def _test(data: ReportData) -> Section:
 
 
 def sampler_note(data: ReportData) -> str:
-    costs = [r["facts"].get("sampler") for r in data.runs if r["facts"].get("sampler")]
+    costs = [r.fact("sampler") for r in data.runs if r.fact("sampler")]
     if not costs:
         return "No time series were recorded for this experiment."
     cpu = sum(c["cpu_s"] for c in costs)
@@ -510,7 +508,7 @@ def series_of(data: ReportData, stack: str, workload: str) -> plots.Series:
     run = data.median_run(stack, workload)
     if run is None:
         return plots.Series(f"{workload}: no successful run", [], [], [], [], [])
-    samples = data.samples.get(run["id"], [])
+    samples = data.samples.get(run.id or 0, [])
     # Steps start at the beginning of each interval, so draw from t - dt.
     starts = [s.t_s - s.dt_s for s in samples]
     if samples:
@@ -520,7 +518,7 @@ def series_of(data: ReportData, stack: str, workload: str) -> plots.Series:
         return values + values[-1:]  # the last step holds to the end
 
     return plots.Series(
-        f"{workload}: rep {run['rep'] + 1}, {run['wall_s']:.2f} s (median run)",
+        f"{workload}: rep {run.rep + 1}, {run.wall_s:.2f} s (median run)",
         starts,
         steps([s.per_second(s.read_bytes) / 1e6 for s in samples]),
         steps([s.per_second(s.write_bytes) / 1e6 for s in samples]),
@@ -550,10 +548,10 @@ def _failed(data: ReportData) -> list[Section]:
         return []
     rows = [
         [
-            Cell(r["stack"]),
-            Cell(r["workload"]),
-            Cell(f"{r['rep'] + 1}{' (warm-up)' if r['warmup'] else ''}"),
-            Cell(r["error"] or ""),
+            Cell(r.stack),
+            Cell(r.workload),
+            Cell(f"{r.rep + 1}{' (warm-up)' if r.warmup else ''}"),
+            Cell(r.error or ""),
         ]
         for r in failed
     ]

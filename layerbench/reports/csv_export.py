@@ -8,7 +8,7 @@ from layerbench.reports.base import ReportData
 from layerbench.reports.document import Report, register
 from layerbench.store import SAMPLE_COLUMNS, run_columns
 
-SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")
+SAMPLE_KEYS = ("trial", "stack", "workload", "rep", "warmup")  # each sample's run, as written below
 
 
 @register("csv", kinds=("experiment",))
@@ -18,7 +18,7 @@ def render(report: Report) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["experiment", *run_columns()])
     for run in data.runs:
-        writer.writerow([data.experiment.id, *(run[key] for key in run_columns())])
+        writer.writerow([data.experiment.id, *run.row().values()])
     return buffer.getvalue()
 
 
@@ -27,11 +27,15 @@ def render_samples(data: ReportData) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["experiment", *SAMPLE_KEYS, *SAMPLE_COLUMNS])
     for run in data.runs:
-        for sample in data.samples.get(run["id"], []):
+        for sample in data.samples.get(run.id or 0, []):
             writer.writerow(
                 [
                     data.experiment.id,
-                    *(int(run[k]) if k == "warmup" else run[k] for k in SAMPLE_KEYS),
+                    run.trial,
+                    run.stack,
+                    run.workload,
+                    run.rep,
+                    int(run.warmup),
                     *sample.as_dict().values(),
                 ]
             )

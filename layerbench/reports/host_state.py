@@ -2,28 +2,28 @@
 sentinel between rounds. Shared by every report format (not a format itself)."""
 
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 
 from layerbench.analysis import drift
+from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import format_size
 from layerbench.observe import sentinel, settle
 from layerbench.store import ExperimentRecord
 
 
-def settle_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
+def settle_rows(runs: list[RunRecord]) -> list[list[str]]:
     """One row per trial: how long it waited for quiet devices before its timed run."""
     rows = []
     for run in runs:
-        facts = run["facts"]
+        facts = run.facts
         if "settle_waited_s" not in facts:
             continue
         rows.append(
             [
-                str(run["trial"]),
-                run["stack"],
-                run["workload"],
+                str(run.trial),
+                run.stack,
+                run.workload,
                 f"{facts['settle_waited_s']:.3f}",
                 f"{facts.get('settle_busy_s', 0):.3f}",
                 str(facts.get("settle_in_flight", 0)),
@@ -48,17 +48,17 @@ SETTLE_HEADER = [
 ]
 
 
-def settle_line(runs: list[dict[str, Any]]) -> str | None:
-    waits = [r["facts"]["settle_waited_s"] for r in runs if "settle_waited_s" in r["facts"]]
+def settle_line(runs: list[RunRecord]) -> str | None:
+    waits = [r.facts["settle_waited_s"] for r in runs if "settle_waited_s" in r.facts]
     if not waits:
         return None
-    slowest = max(runs, key=lambda r: r["facts"].get("settle_waited_s", -1))
-    timed_out = sum(bool(r["facts"].get("settle_timed_out")) for r in runs)
+    slowest = max(runs, key=lambda r: r.fact("settle_waited_s", -1))
+    timed_out = sum(bool(r.fact("settle_timed_out")) for r in runs)
     line = (
         f"settle before each timed run: median {float(np.median(waits)):.2f} s, longest "
-        f"{max(waits):.2f} s (trial {slowest['trial']}, {slowest['stack']} × {slowest['workload']})"
+        f"{max(waits):.2f} s (trial {slowest.trial}, {slowest.stack} × {slowest.workload})"
     )
-    cut = sum(bool(r["facts"].get("settle_cut_short")) for r in runs)
+    cut = sum(bool(r.fact("settle_cut_short")) for r in runs)
     line += f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else ""
     if cut:
         line += (
@@ -98,20 +98,20 @@ _PHASES = {
 }
 
 
-def time_share_line(experiment: ExperimentRecord, runs: list[dict[str, Any]]) -> str | None:
+def time_share_line(experiment: ExperimentRecord, runs: list[RunRecord]) -> str | None:
     """How much of the experiment's time its timed runs took, and where the rest of a
     trial's time went (its phase_*_s facts): the rest buys no repetition."""
     total = _seconds_between(experiment.started, experiment.finished)
-    timed = [r for r in runs if r["status"] == "ok"]
+    timed = [r for r in runs if r.ok]
     if not total or not timed:
         return None
-    in_runs = sum(float(r["wall_s"]) for r in timed)
+    in_runs = sum(r.wall_s for r in timed)
     untimed = (total - in_runs) / len(runs)
     line = f"time in timed runs: {in_runs:.0f} s of {total:.0f} s ({100 * in_runs / total:.0f} %); "
     line += f"the rest is {untimed:.2f} s per trial"
     means = {}
     for name, words in _PHASES.items():
-        if values := [float(r["facts"][f"phase_{name}_s"]) for r in runs if f"phase_{name}_s" in r["facts"]]:
+        if values := [float(r.facts[f"phase_{name}_s"]) for r in runs if f"phase_{name}_s" in r.facts]:
             means[words] = sum(values) / len(values)
     if not means:
         return line + " of building, preparing, settling and tearing down"

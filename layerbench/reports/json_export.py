@@ -6,15 +6,16 @@ from typing import Any
 
 from layerbench import stats
 from layerbench.analysis import decompose, drift
+from layerbench.core.runs import RunRecord
 from layerbench.reports.base import ReportData
 from layerbench.reports.document import Report, register
 from layerbench.stats import sequential
-from layerbench.store import run_columns
 
 
 def _facts(facts: dict[str, Any]) -> dict[str, Any]:
     """The experiment's facts but its stored rows: "summary" has them, as this report drew them."""
     return {key: value for key, value in facts.items() if key != sequential.ROWS_FACT}
+
 
 # 2: every run carries `samples`, its time series (see docs/counters.md).
 # 3: every summary row carries its decision, method, p_adjusted, correction, alpha,
@@ -61,19 +62,27 @@ def experiment_json(data: ReportData) -> str:
     document = {
         "schema_version": SCHEMA_VERSION,
         "experiment": experiment.header(
-            "id", "name", "status", "seed", "baseline", "started", "finished",
-            "plan_source", "plan_text", "version",
+            "id",
+            "name",
+            "status",
+            "seed",
+            "baseline",
+            "started",
+            "finished",
+            "plan_source",
+            "plan_text",
+            "version",
         )
         | {"plan": experiment.plan.model_dump(exclude_unset=True), "facts": _facts(experiment.facts)},
         "host": experiment.host.facts(),
         "stacks": {name: stack.as_dict() for name, stack in experiment.stacks.items()},
         "summary": [row.as_dict() | _decomposition(data, row, groups) for row in data.summaries],
         "runs": [
-            {key: run[key] for key in run_columns()}
+            run.row()
             | {
-                "devices": run["devices"],
-                "facts": run["facts"],
-                "samples": [s.as_dict() for s in data.samples.get(run["id"], [])],
+                "devices": run.devices,
+                "facts": run.facts,
+                "samples": [s.as_dict() for s in data.samples.get(run.id or 0, [])],
                 "layers": decompose.layers_of_run(run),
             }
             for run in data.runs
@@ -82,7 +91,7 @@ def experiment_json(data: ReportData) -> str:
         "sweeps": [
             {
                 "group": group,
-                "paths": experiment.plan.sweeps[stacks[0]]["paths"],
+                "paths": experiment.plan.sweeps[stacks[0]].paths,
                 "points": [{"stack": stack, "values": data.sweep_values(stack)} for stack in stacks],
             }
             for group, stacks in data.sweeps.items()
@@ -104,7 +113,7 @@ def experiment_json(data: ReportData) -> str:
 
 
 def _decomposition(
-    data: ReportData, row: stats.Summary, groups: dict[tuple[str, str], list[dict[str, Any]]]
+    data: ReportData, row: stats.Summary, groups: dict[tuple[str, str], list[RunRecord]]
 ) -> dict[str, Any]:
     extra = decompose.summary_extra(data.summaries, data.baseline, row, groups)
     return {"decomposition": extra} if extra is not None else {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from layerbench.analysis import drift
 from layerbench.analysis.compare import compare, load_side
+from layerbench.core.runs import RunRecord
 from layerbench.executors.base import Setting
 from layerbench.experiment import Experiment
 from layerbench.plan import parse_plan
@@ -96,13 +97,13 @@ def settle_check(session: Session, *, deleted: str = DELETED, seed: int = 1) -> 
     )
 
 
-def _median_waits(runs: list[dict[str, object]]) -> str:
+def _median_waits(runs: list[RunRecord]) -> str:
     said = []
     for stack in ("after-deletion", "after-idle"):
         waits = [
-            r["facts"]["settle_waited_s"]  # type: ignore[index]
+            r.facts["settle_waited_s"]
             for r in runs
-            if r["stack"] == stack and r["workload"] == "probe" and "settle_waited_s" in r["facts"]  # type: ignore[operator]
+            if r.stack == stack and r.workload == "probe" and "settle_waited_s" in r.facts
         ]
         if waits:
             said.append(f"{stack} median {sorted(waits)[len(waits) // 2]:.2f} s, longest {max(waits):.2f} s")

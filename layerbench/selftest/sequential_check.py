@@ -15,11 +15,11 @@ has a run of them."""
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from layerbench import stats
+from layerbench.core.runs import RunRecord
 from layerbench.selftest.check import Check
 from layerbench.stats import sequential
 
@@ -56,7 +56,7 @@ def simulate(rng: np.random.Generator, noise: Noise, effects: dict[tuple[str, st
     design = stats.Design(paired=True)
     context = sequential.Context(BASELINE, stacks, workloads, design, MAX_REPS, seed=int(rng.integers(2**31)))
     drift = rng.normal(0.0, noise.shared_sd, (WORKLOADS, MAX_REPS)) if noise.shared_sd else None
-    runs: list[dict[str, Any]] = []
+    runs: list[RunRecord] = []
 
     def add(stack: str, workload: str, rep: int) -> None:
         w = workloads.index(workload)
@@ -64,8 +64,7 @@ def simulate(rng: np.random.Generator, noise: Noise, effects: dict[tuple[str, st
         if drift is not None:
             log_value += drift[w, rep]
         runs.append(
-            {"stack": stack, "workload": workload, "rep": rep, "trial": len(runs), "warmup": False}
-            | {"status": "ok", "wall_s": math.exp(log_value), "facts": {}}
+            RunRecord(len(runs), stack, workload, "ok", rep=rep, values={"wall_s": math.exp(log_value)})
         )
 
     for rep in range(FIRST_REPS):
@@ -78,7 +77,7 @@ def simulate(rng: np.random.Generator, noise: Noise, effects: dict[tuple[str, st
             add(stack, workload, rep)
     rows = sequential.summaries(runs, {sequential.FACT: state.as_fact()}, BASELINE, stacks, workloads, design)
     headline = [r for r in rows if r.metric == sequential.METRIC and r.stack != BASELINE]
-    return Outcome(headline, len(state.looks), 1 + max(r["rep"] for r in runs))
+    return Outcome(headline, len(state.looks), 1 + max(r.rep for r in runs))
 
 
 def _rate(hits: int, total: int) -> tuple[float, float]:

@@ -357,8 +357,8 @@ def known_effect_checks(data: reports.ReportData) -> list[Check]:
     )
     # The 10 % step: the 90 MB/s stack against the 100 MB/s one, a family of its own.
     groups = stats.measured(data.runs)
-    slow = [r["wall_s"] for r in groups.get(("throttled-90", "write"), [])]
-    fast = [r["wall_s"] for r in groups.get(("throttled-100", "write"), [])]
+    slow = [r.wall_s for r in groups.get(("throttled-90", "write"), [])]
+    fast = [r.wall_s for r in groups.get(("throttled-100", "write"), [])]
     (step,) = stats.compare_samples([("throttled-90", "write", slow, fast)], "wall_s")
     figure = (
         f"90 vs 100 MB/s: {reports.fmt_ratio(step)}, p = {reports.fmt_p(step)} ({step.method}), "

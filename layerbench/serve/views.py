@@ -16,7 +16,9 @@ from starlette.datastructures import QueryParams
 
 from layerbench import stats
 from layerbench.analysis.compare import flatten
+from layerbench.core import metrics
 from layerbench.core.errors import UserError
+from layerbench.core.runs import RunRecord
 from layerbench.reports import base as reports
 from layerbench.reports import contents
 from layerbench.reports.document import Document, Figure
@@ -163,6 +165,7 @@ def experiments(browser: Browser, query: QueryParams) -> View:
         and status in (None, r.status)
         and _in_range(str(r.started), since, until)
     ]
+
     def by_sort(record: ExperimentSummary) -> tuple[bool, Any]:
         value = getattr(record, sort)
         return (value is None, value if value is not None else 0)
@@ -230,15 +233,20 @@ def runs(browser: Browser, experiment_id: int, query: QueryParams) -> View:
     workload = checks.one_of(found, "workload", data.workloads)
     table = Table("runs", ["stack", "workload", *RUN_COLUMNS, "csh time line"])
     for run in data.runs:
-        if stack not in (None, run["stack"]) or workload not in (None, run["workload"]):
+        if stack not in (None, run.stack) or workload not in (None, run.workload):
             continue
-        cells = [run["stack"], run["workload"]] + [
-            stats.is_disturbed(run) if c == "disturbed" else run.get(c) for c in RUN_COLUMNS
+        cells = [run.stack, run.workload] + [
+            stats.is_disturbed(run) if c == "disturbed" else _column(run, c) for c in RUN_COLUMNS
         ]
-        line = reports.csh_time_line(run) if run["status"] == "ok" else run.get("error") or "-"
-        table.add([*cells, line], {2: f"/runs/{run['id']}"})
+        line = reports.csh_time_line(run) if run.ok else run.error or "-"
+        table.add([*cells, line], {2: f"/runs/{run.id}"})
     context = {"experiment": data.experiment, "stack": stack, "workload": workload}
     return View("runs.html", f"experiment {experiment_id}: runs", [table], context)
+
+
+def _column(run: RunRecord, name: str) -> Any:
+    """A column of the runs table by its name: an identity field or a counter."""
+    return run.value(name) if name in metrics.BY_NAME else getattr(run, name)
 
 
 def run(browser: Browser, run_id: int, query: QueryParams) -> View:
@@ -251,15 +259,14 @@ def run(browser: Browser, run_id: int, query: QueryParams) -> View:
     if record is None:
         raise checks.NotFound(f"no run {run_id}")
     counters = Table("counters", ["counter", "value"])
-    for key, value in record.items():
-        if key not in ("devices", "facts"):
-            counters.add([key, value], {1: f"/experiments/{value}"} if key == "experiment_id" else None)
-    for prefix in ("devices", "facts"):
-        for key, value in flatten(record[prefix], f"{prefix}.").items():
+    for key, value in ({"id": record.id, "experiment_id": record.experiment_id} | record.row()).items():
+        counters.add([key, value], {1: f"/experiments/{value}"} if key == "experiment_id" else None)
+    for prefix, tree in (("devices", record.devices), ("facts", record.facts)):
+        for key, value in flatten(tree, f"{prefix}.").items():
             counters.add([key, value])
     rows = [list(s.as_dict().values()) for s in browser.store.run_samples(run_id)]
     series = Table("samples", list(SAMPLE_COLUMNS), rows, [{} for _ in rows])
-    line = reports.csh_time_line(record) if record["status"] == "ok" else None
+    line = reports.csh_time_line(record) if record.ok else None
     context = {"run": record, "csh": line}
     return View("run.html", f"run {run_id}", [counters, series], context)
 

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from layerbench.core import metrics
+from layerbench.core.runs import RunRecord, known
 from layerbench.stats import family, intervals, methods
 
 ALPHA = 0.05
@@ -108,18 +109,16 @@ class Summary:
         return asdict(self)
 
 
-def measured(
-    runs: list[dict[str, Any]], *, disturbed: bool = False
-) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def measured(runs: list[RunRecord], *, disturbed: bool = False) -> dict[tuple[str, str], list[RunRecord]]:
     """Successful, non-warm-up runs grouped by (stack, workload); without disturbed ones
     unless disturbed=True, or unless most runs of the group are flagged (see mostly_disturbed)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for run in runs:
-        if run["status"] == "ok" and not run["warmup"]:
-            groups[(run["stack"], run["workload"])].append(run)
+        if run.ok and not run.warmup:
+            groups[(run.stack, run.workload)].append(run)
     if disturbed:
         return groups
-    kept: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    kept: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for key, group in groups.items():
         flags = [is_disturbed(run) for run in group]
         calm = [run for run, flag in zip(group, flags, strict=True) if not flag]
@@ -127,11 +126,11 @@ def measured(
     return kept
 
 
-def is_disturbed(run: dict[str, Any]) -> bool:
-    return bool((run.get("facts") or {}).get("disturbed"))
+def is_disturbed(run: RunRecord) -> bool:
+    return bool(run.fact("disturbed"))
 
 
-def mostly_disturbed(group: list[dict[str, Any]]) -> bool:
+def mostly_disturbed(group: list[RunRecord]) -> bool:
     """Most runs of one (stack, workload) flagged disturbed: the CPU that other work seemed
     to use is then the stack's own kernel threads (loop workers, writeback) doing the run's
     work, not a disturbance; those runs are all kept."""
@@ -149,9 +148,23 @@ def describe(stack: str, workload: str, metric: str, values: list[float]) -> Sum
     n = len(data)
     if n == 0:
         return Summary(
-            stack, workload, metric, 0, median=None, mean=None, stdev=None, cv=None,
-            ci_low=None, ci_high=None, ci_level=None, ratio=None, ratio_ci_low=None,
-            ratio_ci_high=None, ratio_ci_level=None, p_value=None, p_adjusted=None,
+            stack,
+            workload,
+            metric,
+            0,
+            median=None,
+            mean=None,
+            stdev=None,
+            cv=None,
+            ci_low=None,
+            ci_high=None,
+            ci_level=None,
+            ratio=None,
+            ratio_ci_low=None,
+            ratio_ci_high=None,
+            ratio_ci_level=None,
+            p_value=None,
+            p_adjusted=None,
             verdict="insufficient data",
         )
     # Sorted once for the median and its interval (np.median's own value: the middle one, or
@@ -256,22 +269,22 @@ def reps_to_decide(n: int, estimate: float, low: float, high: float, margin: flo
 
 
 def _pairs(
-    runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], metric: str
+    runs: list[RunRecord], base_runs: list[RunRecord], metric: str
 ) -> tuple[list[float], list[float]] | None:
     """The two samples over the repetitions both have, in repetition order (a repetition
     one of them lacks, failed or added by an adaptive round for the other, pairs with
     nothing; of a repetition run twice, a disturbed run kept with its re-run, the later
     run counts); None when fewer than two are shared."""
-    own = {r.get("rep"): r[metric] for r in runs if r.get(metric) is not None}
-    base = {r.get("rep"): r[metric] for r in base_runs if r.get(metric) is not None}
-    reps = sorted(rep for rep in own.keys() & base.keys() if rep is not None)
+    own = {r.rep: value for r in runs if (value := r.value(metric)) is not None}
+    base = {r.rep: value for r in base_runs if (value := r.value(metric)) is not None}
+    reps = sorted(own.keys() & base.keys())
     if len(reps) < 2:
         return None
     return [own[r] for r in reps], [base[r] for r in reps]
 
 
 def summaries(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     baseline: str,
     stacks: list[str],
     workloads: list[str],
@@ -291,16 +304,16 @@ def summaries(
     for metric in chosen:
         entries: list[Entry] = []
         for workload in workloads:
-            known = metrics.BY_NAME[metric]
-            if (known.reported or known.optional) and not any(
-                r.get(metric) is not None for s in stacks for r in groups.get((s, workload), [])
+            registered = metrics.BY_NAME[metric]
+            if (registered.reported or registered.optional) and not any(
+                r.has(metric) for s in stacks for r in groups.get((s, workload), [])
             ):
                 continue  # a metric this workload does not report, or this host lacks: no rows
             base_runs = groups.get((baseline, workload), [])
-            base_values = [r[metric] for r in base_runs if r.get(metric) is not None]
+            base_values = known(base_runs, metric)
             for stack in stacks:
                 own_runs = groups.get((stack, workload), [])
-                values = [r[metric] for r in own_runs if r.get(metric) is not None]
+                values = known(own_runs, metric)
                 if stack == baseline:
                     row = describe(stack, workload, metric, values)
                     if row.n:
@@ -375,7 +388,7 @@ def compare_samples(
     return compare_family([Entry(*entry) for entry in entries], metric, unpaired)
 
 
-def warnings_for(rows: list[Summary], runs: list[dict[str, Any]], baseline: str) -> list[str]:
+def warnings_for(rows: list[Summary], runs: list[RunRecord], baseline: str) -> list[str]:
     found = []
     for row in rows:
         if row.metric == HEADLINE_METRIC and row.cv is not None and row.cv > NOISY_CV:
@@ -383,7 +396,7 @@ def warnings_for(rows: list[Summary], runs: list[dict[str, Any]], baseline: str)
                 f"{row.stack}/{row.workload}: wall time varies by {row.cv:.1%} (CV > "
                 f"{NOISY_CV:.0%}); more repetitions or a quieter machine would help"
             )
-    failed = [r for r in runs if r["status"] == "failed"]
+    failed = [r for r in runs if r.status == "failed"]
     if failed:
         found.append(f"{len(failed)} run(s) failed; see the failed runs below")
     return found

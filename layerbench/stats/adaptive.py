@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from layerbench import stats
+from layerbench.core.runs import RunRecord
 
 FACT = "adaptive_reps"
 
@@ -35,7 +36,7 @@ class Width:
 
 
 def ratio_widths(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     baseline: str,
     stacks: list[str],
     workloads: list[str],
@@ -55,7 +56,7 @@ def ratio_widths(
 
 
 def next_round(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     *,
     baseline: str,
     stacks: list[str],
@@ -67,10 +68,8 @@ def next_round(
 ) -> tuple[list[tuple[str, str, int]], dict[str, Any]]:
     """The (stack, workload, rep) of the next round (empty when done) and the state so far."""
     widths = ratio_widths(runs, baseline, stacks, workloads, design=design)
-    measured = [r for r in runs if not r["warmup"]]
-    reps_done = {
-        w: 1 + max((r["rep"] for r in measured if r["workload"] == w), default=-1) for w in workloads
-    }
+    measured = [r for r in runs if not r.warmup]
+    reps_done = {w: 1 + max((r.rep for r in measured if r.workload == w), default=-1) for w in workloads}
     open_pairs = {(x.stack, x.workload) for x in widths if not x.converged(target)}
     open_workloads = [w for w in workloads if any(pair[1] == w for pair in open_pairs)]
     state = {

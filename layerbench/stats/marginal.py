@@ -7,12 +7,24 @@ stack as the reference. The marginal comparisons of one metric are their own fam
 corrected together, apart from the comparisons with the baseline: they answer another
 question, and folding them into one family would widen both."""
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from layerbench.core.runs import RunRecord, known
 from layerbench.stats import Design, Entry, Summary, _pairs, compare_family, measured
 
 METRICS = ("wall_s", "throughput")  # what a layer adds to the elapsed time and to the rate
+
+
+class Step(Protocol):
+    """A step of a chain (the plan's Increment): the stack one layer shorter, the layer added."""
+
+    @property
+    def previous(self) -> str: ...
+
+    @property
+    def layer(self) -> str: ...
 
 
 @dataclass
@@ -30,8 +42,8 @@ class Marginal:
 
 
 def marginals(
-    runs: list[dict[str, Any]],
-    increments: dict[str, dict[str, Any]],
+    runs: list[RunRecord],
+    increments: Mapping[str, Step],
     workloads: list[str],
     design: Design,
 ) -> list[Marginal]:
@@ -46,14 +58,14 @@ def marginals(
         for workload in workloads:
             for stack, step in increments.items():
                 own = groups.get((stack, workload), [])
-                before = groups.get((step["previous"], workload), [])
-                values = [r[metric] for r in own if r.get(metric) is not None]
-                reference = [r[metric] for r in before if r.get(metric) is not None]
+                before = groups.get((step.previous, workload), [])
+                values = known(own, metric)
+                reference = known(before, metric)
                 if not (values or reference):
                     continue  # a metric this workload does not report
                 pairs = _pairs(own, before, metric) if design.paired else None
                 entries.append(Entry(stack, workload, values, reference, *(pairs or (None, None))))
-                steps.append((stack, step["previous"], step["layer"]))
+                steps.append((stack, step.previous, step.layer))
         rows = compare_family(entries, metric, design)
         found += [Marginal(*step, row) for step, row in zip(steps, rows, strict=True)]
     order = {stack: i for i, stack in enumerate(increments)}

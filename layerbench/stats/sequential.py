@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from layerbench import stats
+from layerbench.core.runs import RunRecord
 
 FACT = "sequential"
 # The elapsed-time rows as the experiment's report states them, stored once it is done, so
@@ -74,14 +75,14 @@ class State:
 
 
 def _family(
-    runs: list[dict[str, Any]], baseline: str, stacks: list[str], workloads: list[str], design: stats.Design
+    runs: list[RunRecord], baseline: str, stacks: list[str], workloads: list[str], design: stats.Design
 ) -> list[stats.Summary]:
     return stats.summaries(runs, baseline, stacks, workloads, [METRIC], design=design)
 
 
-def _reps(runs: list[dict[str, Any]], workloads: list[str]) -> dict[str, int]:
-    measured = [r for r in runs if not r["warmup"] and r["status"] == "ok"]
-    return {w: 1 + max((r["rep"] for r in measured if r["workload"] == w), default=-1) for w in workloads}
+def _reps(runs: list[RunRecord], workloads: list[str]) -> dict[str, int]:
+    measured = [r for r in runs if not r.warmup and r.ok]
+    return {w: 1 + max((r.rep for r in measured if r.workload == w), default=-1) for w in workloads}
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Context:
 
 
 def look(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     state: State,
     context: Context,
     *,
@@ -118,7 +119,7 @@ def look(
         if r.stack != context.baseline and r.decision in DECIDED and (r.stack, r.workload) not in already
     ]
     reps = _reps(runs, context.workloads)
-    state.looks.append(Look(number, state.alpha_per_look, sorted({r["trial"] for r in runs}), reps, closed))
+    state.looks.append(Look(number, state.alpha_per_look, sorted({r.trial for r in runs}), reps, closed))
     still_open = {
         (r.stack, r.workload)
         for r in rows
@@ -179,7 +180,7 @@ def _rounds(
 
 
 def summaries(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     facts: dict[str, Any],
     baseline: str,
     stacks: list[str],
@@ -200,7 +201,7 @@ def summaries(
     for number, taken in enumerate(state.looks, start=1):
         seen = set(taken.trials)
         at = stats.Design(taken.alpha, design.correction, design.equivalence, design.paired)
-        family = _family([r for r in runs if r["trial"] in seen], baseline, stacks, workloads, at)
+        family = _family([r for r in runs if r.trial in seen], baseline, stacks, workloads, at)
         last = number == len(state.looks)
         for row in family:
             pair = (row.stack, row.workload)
@@ -258,7 +259,7 @@ class StoredExperiment(Protocol):
     def facts(self) -> dict[str, Any]: ...
 
 
-def elapsed_rows(experiment: StoredExperiment, runs: list[dict[str, Any]]) -> list[stats.Summary]:
+def elapsed_rows(experiment: StoredExperiment, runs: list[RunRecord]) -> list[stats.Summary]:
     """A stored experiment's elapsed-time rows, as its report states them (summaries, under
     the design of its plan)."""
     plan = experiment.plan
@@ -277,9 +278,7 @@ def stored_rows(fact: list[dict[str, Any]]) -> list[stats.Summary]:
     return [stats.Summary(**row) for row in fact]
 
 
-def experiment_rows(
-    experiment: StoredExperiment, runs: Callable[[], list[dict[str, Any]]]
-) -> list[stats.Summary]:
+def experiment_rows(experiment: StoredExperiment, runs: Callable[[], list[RunRecord]]) -> list[stats.Summary]:
     """The rows the experiment stored when it ended, or, stored before they were (or not
     ended), computed from its runs."""
     fact = experiment.facts.get(ROWS_FACT)

@@ -40,6 +40,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 from layerbench.core import metrics
 from layerbench.core.errors import UserError
 from layerbench.core.facts import check as check_facts
+from layerbench.core.runs import RunRecord
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
 from layerbench.store.records import (
@@ -214,14 +215,12 @@ def _first_line(exc: BaseException) -> str:
     return (str(original).strip().splitlines() or [type(original).__name__])[0]
 
 
-def _run_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A row of the runs table as the reports read it: JSON columns decoded, every counter."""
-    for name in metrics.column_names():
-        record.setdefault(name, None)  # a counter registered since the store was written
+def _run_record(record: dict[str, Any]) -> RunRecord:
+    """A row of the runs table as every reader reads it (a counter registered since the store
+    was written reads None)."""
     record["devices"] = json.loads(record.pop("devices_json"))
     record["facts"] = json.loads(record.pop("facts_json"))
-    record["warmup"] = bool(record["warmup"])
-    return record
+    return RunRecord.from_row(record)
 
 
 def _sample_record(row: Mapping[str, Any]) -> SampleRecord:
@@ -603,7 +602,7 @@ class Store:
         record["host"] = HostRecord.model_validate(record["host"])
         return ExperimentRecord(**record)
 
-    def runs(self, experiment_id: int) -> list[dict[str, Any]]:
+    def runs(self, experiment_id: int) -> list[RunRecord]:
         rows = self._read(
             select(table := self._runs())
             .where(table.c.experiment_id == experiment_id)
@@ -611,7 +610,7 @@ class Store:
         )
         return [_run_record(record) for record in rows]
 
-    def run(self, run_id: int) -> dict[str, Any] | None:
+    def run(self, run_id: int) -> RunRecord | None:
         """One run by its id, as runs() gives it (with its experiment's id), or None."""
         rows = self._read(select(table := self._runs()).where(table.c.id == run_id))
         return _run_record(rows[0]) if rows else None

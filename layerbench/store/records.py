@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from layerbench import stats
 from layerbench.core.facts import Fact, declare
 from layerbench.observe.measure import RunCounters
+from layerbench.plan.expansion import Increment, SweepPoint
 from layerbench.plan.schedule import Trial
 
 FACTS = declare(
@@ -138,15 +139,16 @@ class StoredPlan(BaseModel):
     stacks: dict[str, Any] = {}  # name -> its layers' options, bottom first
     workloads: dict[str, dict[str, Any]] = {}  # name -> its options, "kind" among them
     run_options: RunOptions = RunOptions()
-    sweeps: dict[str, dict[str, Any]] = {}  # stack -> its sweep's "group", "paths", "values"
-    increments: dict[str, dict[str, Any]] = {}  # stack -> the stack it adds one layer to
+    sweeps: dict[str, SweepPoint] = {}  # an expanded stack -> the sweep it is a point of
+    increments: dict[str, Increment] = {}  # stack -> the stack it adds one layer to
 
     def kind_of(self, workload: str) -> str:
         return str(self.workloads[workload]["kind"])
 
     def sweep_values(self, stack: str) -> dict[str, Any]:
         """The values a swept stack was made with (none for a stack of no sweep)."""
-        return dict(self.sweeps.get(stack, {}).get("values", {}))
+        point = self.sweeps.get(stack)
+        return dict(point.values) if point else {}
 
 
 class DiskRecord(BaseModel):

@@ -21,6 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 
 from layerbench.core import metrics
+from layerbench.core.runs import IDENTITY
 
 # The meta table's schema_version: what a layerbench from before the migrations reads to
 # refuse a newer file with one line. It follows the migrations (0002 sets 2).
@@ -48,7 +49,7 @@ _SAMPLE_TYPES: dict[str, TypeEngine] = {
     "cpu_iowait_pct": Float(),
 }
 
-RUN_FIELDS = ("trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started")
+RUN_FIELDS = IDENTITY
 
 
 def metric_type(name: str) -> TypeEngine:

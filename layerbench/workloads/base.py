@@ -11,11 +11,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from layerbench.content.archives import Archive
+from layerbench.core.runs import RunRecord
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 
@@ -138,19 +139,19 @@ class Workload(ABC, Generic[OptionsT]):
         which the trial closes after the run."""
 
     @classmethod
-    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+    def details(cls, runs: dict[str, list[RunRecord]]) -> tuple[list[str], list[list[str]]] | None:
         """An extra table for the reports (header, rows) from the runs' facts, given the
         measured runs of each stack; None when the kind has nothing beyond the counters."""
         return None
 
     @classmethod
-    def latency_cdfs(cls, workload: str, runs: dict[str, list[dict[str, Any]]]) -> list[LatencyCdf]:
+    def latency_cdfs(cls, workload: str, runs: dict[str, list[RunRecord]]) -> list[LatencyCdf]:
         """Latency distributions the kind measured, for the HTML report's CDF plots, from the
         measured runs of each stack; none by default."""
         return []
 
     @classmethod
-    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         """Lines for the reports' warnings (e.g. error texts kept in the facts)."""
         return []
 

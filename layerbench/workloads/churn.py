@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.scratch.resources import unmount_all_under
 from layerbench.stacks.base import BuildContext, BuiltStack
@@ -93,7 +94,7 @@ class Churn(Workload[ChurnOptions]):
         )
 
     @classmethod
-    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+    def details(cls, runs: dict[str, list[RunRecord]]) -> tuple[list[str], list[list[str]]] | None:
         import numpy as np  # only the reports need it; the guest agent imports this module too
 
         header = [
@@ -108,7 +109,7 @@ class Churn(Workload[ChurnOptions]):
         ]
         rows = []
         for stack, group in runs.items():
-            results = [r["facts"]["churn"] for r in group if "churn" in r.get("facts", {})]
+            results = [r.facts["churn"] for r in group if "churn" in r.facts]
             if not results:
                 rows.append([stack, "0", "-", "-", "-", "-", "-", "-"])
                 continue
@@ -138,11 +139,11 @@ class Churn(Workload[ChurnOptions]):
         return header, rows
 
     @classmethod
-    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         notes = []
         for stack, group in runs.items():
             for run in group:
-                churn = run.get("facts", {}).get("churn")
+                churn = run.fact("churn")
                 if not churn:
                     continue
                 notes += [f"churn {stack}: {e}" for e in churn["errors"][:3]]

@@ -28,6 +28,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import parse_size
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
@@ -295,17 +296,17 @@ class Fio(Workload[FioOptions]):
         return prepared
 
     @classmethod
-    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         found = []
         for stack, group in runs.items():
-            said = {str(r["facts"]["fio_buffered"]) for r in group if r["facts"].get("fio_buffered")}
+            said = {str(r.facts["fio_buffered"]) for r in group if r.fact("fio_buffered")}
             found += [f"{stack}: {line}" for line in sorted(said)]
             if cached := cached_reads(group):
                 found.append(f"{stack}: {cached}")
         return found
 
     @classmethod
-    def latency_cdfs(cls, workload: str, runs: dict[str, list[dict[str, Any]]]) -> list[LatencyCdf]:
+    def latency_cdfs(cls, workload: str, runs: dict[str, list[RunRecord]]) -> list[LatencyCdf]:
         """Each direction's completion latency: one line per stack, over its measured runs."""
         found = []
         for direction in DIRECTIONS:
@@ -313,10 +314,8 @@ class Fio(Workload[FioOptions]):
             for stack, group in runs.items():
                 bins: dict[int, int] = {}
                 for run in group:
-                    if run["status"] == "ok":
-                        for latency, count in (
-                            run["facts"].get("fio_clat_bins", {}).get(direction, {}).items()
-                        ):
+                    if run.ok:
+                        for latency, count in run.fact("fio_clat_bins", {}).get(direction, {}).items():
                             bins[int(latency)] = bins.get(int(latency), 0) + int(count)
                 if total := sum(bins.values()):
                     ordered = sorted(bins)
@@ -328,19 +327,19 @@ class Fio(Workload[FioOptions]):
         return found
 
     @classmethod
-    def details(cls, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[str], list[list[str]]] | None:
+    def details(cls, runs: dict[str, list[RunRecord]]) -> tuple[list[str], list[list[str]]] | None:
         header = ["stack", "read IOPS", "read p99", "write IOPS", "write p99", "mode"]
         rows = []
         for stack, group in runs.items():
-            ok = [r for r in group if r["status"] == "ok"]
+            ok = [r for r in group if r.ok]
 
-            def median(key: str, runs_of: list[dict[str, Any]] = ok) -> float | None:
-                values = sorted(r[key] for r in runs_of if r.get(key) is not None)
+            def median(key: str, runs_of: list[RunRecord] = ok) -> float | None:
+                values = sorted(known(runs_of, key))
                 return values[len(values) // 2] if values else None
 
             mode = (
                 "buffered (O_DIRECT refused)"
-                if any(r["facts"].get("fio_buffered") for r in ok)
+                if any(r.fact("fio_buffered") for r in ok)
                 else "as the job says"
             )
             cells = [
@@ -356,15 +355,15 @@ class Fio(Workload[FioOptions]):
 COLD_SHARE = 0.9  # a cold read moves at least this share of fio's read bytes off the lowest device
 
 
-def cached_reads(runs: list[dict[str, Any]]) -> str | None:
+def cached_reads(runs: list[RunRecord]) -> str | None:
     """Reads really are reads only if the lowest device under the stack (not a loop device:
     the disk behind it) delivered the bytes fio read within the timed run; otherwise a cache
     in some layer served them. None when every run read cold or the stack has no device."""
     short = []
     for run in runs:
-        wanted = run.get("read_io_bytes") or 0
-        disks = {name: d for name, d in (run.get("devices") or {}).items() if not name.startswith("loop")}
-        if run["status"] != "ok" or not wanted or not disks:
+        wanted = run.value("read_io_bytes") or 0
+        disks = {name: d for name, d in run.devices.items() if not name.startswith("loop")}
+        if not run.ok or not wanted or not disks:
             continue
         got = sum(d.get("read_bytes", 0) for d in disks.values())
         if got < COLD_SHARE * wanted:

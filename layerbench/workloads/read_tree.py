@@ -13,13 +13,14 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from layerbench.content.archives import archive_estimate, builtin_archive, check_spec, resolve, unpack
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
+from layerbench.core.runs import RunRecord
 from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
@@ -94,10 +95,10 @@ class ReadTree(Workload[ReadTreeOptions]):
         return prepared
 
     @classmethod
-    def notes(cls, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         found = []
         for stack, group in runs.items():
-            errors = max((int(r["facts"].get("read_errors", 0)) for r in group), default=0)
+            errors = max((int(r.fact("read_errors", 0)) for r in group), default=0)
             if errors:
                 found.append(f"{stack}: read-tree could not read {errors} entries (counted, not fatal)")
         return found

@@ -10,6 +10,7 @@ import pytest
 from helpers import TEST_ROOT, cli, drawn_figures, leftovers
 
 from layerbench import stats
+from layerbench.core.runs import RunRecord
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +75,8 @@ def test_every_expanded_stack_ran_and_json_has_the_sweep_and_the_steps(experimen
     ]
     steps = [m for m in document["marginal"] if m["metric"] == "wall_s"]
     assert [(m["stack"], m["previous"], m["layer"]) for m in steps] == STEPS
-    kept = stats.measured(runs)  # a run other work disturbed is left out, as in every comparison
+    # A run other work disturbed is left out, as in every comparison.
+    kept = stats.measured([RunRecord.from_row(run) for run in runs])
     for step in steps:
         assert step["n"] == len(kept[(step["stack"], "write")]) >= 2, step
         assert step["ratio_ci_low"] <= step["ratio"] <= step["ratio_ci_high"], step

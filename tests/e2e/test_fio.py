@@ -200,16 +200,16 @@ def test_odirect_refused_runs_buffered_fails_or_skips(
     runs = data.runs
     assert len(runs) == 2
     if mode == "buffered":
-        assert all(r["status"] == "ok" and r["write_io_bytes"] == 4 << 20 for r in runs), runs
+        assert all(r.ok and r.value("write_io_bytes") == 4 << 20 for r in runs), runs
         said = "ran buffered: O_DIRECT refused on this stack (Invalid argument)"
-        assert all(r["facts"]["fio_buffered"] == said for r in runs)
+        assert all(r.facts["fio_buffered"] == said for r in runs)
         # Every report format says so beside the stack: the warnings and fio's own table.
         assert f"refusing: {said}" in data.warnings
         text = render(data, "text")
         assert "buffered (O_DIRECT refused)" in text and said in text
     else:
-        assert all(r["status"] == "failed" for r in runs)
-        errors = {r["error"] for r in runs}
+        assert all(r.status == "failed" for r in runs)
+        errors = {r.error for r in runs}
         said = f'fio: O_DIRECT refused on this stack (Invalid argument); direct_refused = "{mode}"'
         expected = f"setup: {said}" if mode == "fail" else f"setup: skipped: {said}"
         assert errors == {expected}, errors

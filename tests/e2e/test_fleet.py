@@ -123,9 +123,9 @@ def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: di
     assert all(Path(n.get_session_dir_path()).parent == fleet["root"] / "ray" for n in nodes)
     for name, record in experiments.items():
         runs = store.runs(record.id)
-        assert len(runs) == 4 and all(r["status"] == "ok" for r in runs), [r["error"] for r in runs]
-        assert {r["facts"]["fleet_host"] for r in runs} == {name}  # measured where scheduled
-        spans = sorted((r["facts"]["host_started"], r["facts"]["host_finished"]) for r in runs)
+        assert len(runs) == 4 and all(r.ok for r in runs), [r.error for r in runs]
+        assert {r.facts["fleet_host"] for r in runs} == {name}  # measured where scheduled
+        spans = sorted((r.facts["host_started"], r.facts["host_finished"]) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
         assert store.experiment(record.id).host.facts()["fleet_host"] == name
     _nothing_left(fleet["root"])
@@ -195,9 +195,9 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     experiments = _by_host(store)
     assert experiments["a"].status == experiments["c"].status == "done"
     kept = store.runs(experiments["b"].id)
-    assert 2 <= len(kept) < 12 and {r["facts"]["fleet_host"] for r in kept} == {"b"}
+    assert 2 <= len(kept) < 12 and {r.facts["fleet_host"] for r in kept} == {"b"}
     for name in ("a", "c"):  # nothing of b's ran on another host
-        assert {r["facts"]["fleet_host"] for r in store.runs(experiments[name].id)} == {name}
+        assert {r.facts["fleet_host"] for r in store.runs(experiments[name].id)} == {name}
     _nothing_left(fleet["root"])
     # Host b is back (a new node with its resource): --resume runs only its missing trials.
     fleet["cluster"].add_node(num_cpus=1, resources={"lb-host:b": 1}, node_ip_address="127.0.0.1")
@@ -216,7 +216,7 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     )
     assert resumed.returncode == 0, resumed.stderr
     runs = store.runs(experiments["b"].id)
-    assert sorted(r["trial"] for r in runs) == list(range(12))
+    assert sorted(r.trial for r in runs) == list(range(12))
     assert store.experiment(experiments["b"].id).status == "done"
     _nothing_left(fleet["root"])
 
@@ -304,10 +304,10 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
         for name, record in experiments.items():
             runs = store.runs(record.id)
             assert record.status == "done", record
-            assert sorted(r["trial"] for r in runs) == list(range(12))  # none lost, none twice
-            kept = {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in before[name]}
-            assert {r["id"]: (r["trial"], r["started"], r["wall_s"]) for r in runs if r["id"] in kept} == kept
-            assert {r["facts"]["fleet_host"] for r in runs} == {name}
+            assert sorted(r.trial for r in runs) == list(range(12))  # none lost, none twice
+            kept = {r.id: (r.trial, r.started, r.wall_s) for r in before[name]}
+            assert {r.id: (r.trial, r.started, r.wall_s) for r in runs if r.id in kept} == kept
+            assert {r.facts["fleet_host"] for r in runs} == {name}
         again = cli(
             "run", "--resume", fleet_id, "--fleet", new_head.address, "--db", fleet["db"], "--quiet",
             *fleet["credentials"], timeout=120,

@@ -212,7 +212,7 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     experiments = _by_host(store)
     for name in fleet.hosts:
         runs = store.runs(experiments[name].id)
-        assert {r["facts"]["fleet_host"] for r in runs} == {name}  # nothing ran anywhere else
+        assert {r.facts["fleet_host"] for r in runs} == {name}  # nothing ran anywhere else
         if name != lost_name:
             assert experiments[name].status == "done" and len(runs) == TRIALS
     kept = len(store.runs(experiments[lost_name].id))
@@ -239,6 +239,6 @@ def test_three_hosts_in_namespaces_listen_on_their_own_address_run_lose_one_and_
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     runs = store.runs(experiments[lost_name].id)
-    assert sorted(r["trial"] for r in runs) == list(range(TRIALS))
+    assert sorted(r.trial for r in runs) == list(range(TRIALS))
     assert store.experiment(experiments[lost_name].id).status == "done"
     _nothing_left(fleet.root)

@@ -286,8 +286,8 @@ def test_compare_relative_costs_and_drift(db: Path) -> None:
     kept = _kept(db, 2)
     for row in relative:
         # The rounds where both the stack and the baseline kept a run.
-        reps = {r["rep"] for r in kept[(row["stack"], row["workload"])]}
-        assert row["n"] == len(reps & {r["rep"] for r in kept[("disk", row["workload"])]})
+        reps = {r.rep for r in kept[(row["stack"], row["workload"])]}
+        assert row["n"] == len(reps & {r.rep for r in kept[("disk", row["workload"])]})
         excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
         assert excludes == (row["decision"] in ("slower", "faster")), row
     drift = document["drift"]
