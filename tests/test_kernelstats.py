@@ -89,3 +89,18 @@ def test_a_run_in_its_own_group_gets_its_own_pressure(needs_root: None, scratch_
         # The run's own stall can never exceed its elapsed time.
         assert counters.psi_io_some_s <= counters.wall_s + 0.01
     assert not group.exists()
+
+
+def test_free_page_reporting_is_read_around_each_run_and_since_the_last() -> None:
+    observer = kernelstats.FreePageReporting()
+    with observer.around() as first:
+        pass
+    with observer.around() as second:
+        pass
+    counted = kernelstats.read_reported_kib() is not None
+    assert first.facts()["mem_free_kib_before_run"] > 0
+    # Since the last run: only from the second run on, and only where the kernel counts it.
+    assert "memory_reported_kib_before_run" not in first.facts()
+    assert ("memory_reported_kib_before_run" in second.facts()) == counted
+    assert ("memory_reported_kib_during_run" in second.facts()) == counted
+    assert all(value >= 0 for key, value in second.facts().items() if key.startswith("memory_reported"))

@@ -28,6 +28,7 @@ from layerbench.observe import (
     tracing,
     warm_memory,
 )
+from layerbench.observe.observer import Capture
 from layerbench.observe.run_result import RunResult
 from layerbench.plan import Plan
 from layerbench.plan.schedule import Trial
@@ -47,17 +48,6 @@ FACTS = declare(
         "seconds around the timed run: dropping caches, settling, reading the counters",
     ),
     Fact("phase_teardown_s", "after", "seconds tearing the trial down"),
-    Fact("mem_free_kib_before_run", "before", "free memory (KiB) right before the run"),
-    Fact(
-        "memory_reported_kib_before_run",
-        "before",
-        "free memory (KiB) handed back to the hypervisor since the last run ended (free page reporting)",
-    ),
-    Fact(
-        "memory_reported_kib_during_run",
-        "during",
-        "free memory (KiB) handed back to the hypervisor during the run",
-    ),
     Fact(
         "inode_group_freed_s_ago",
         "before",
@@ -100,7 +90,7 @@ class LocalExecutor(Executor):
         self.world_dirs: dict[str, Path] = {}
         self.scratch_disks = settle.scratch_devices(scratch.root)
         self._probes = 0
-        self._reported_at_last_run: int | None = None
+        self._free_page_reporting = kernelstats.FreePageReporting()
         self._warm_wanted = warm_memory.wanted()
         self._unsettled_in_a_row = 0
 
@@ -242,14 +232,16 @@ class LocalExecutor(Executor):
         warm: warm_memory.Held,
     ) -> measure.RunCounters:
         """The host's timed run, caches already dropped: settle, the child's control groups and
-        journal entry, the memory read around it, a block trace if asked for."""
+        journal entry; around it, each observer's capture (the memory handed back to the
+        hypervisor, the memory held warm, a block trace if asked for) gives its facts."""
         prepared.facts.update(self._settle(setting, devices).facts())
         procs, pressure = self._pressure_group(built, workdir, resources)
-        memory = self._memory_before_run()
-        warm.release()  # last: the run's first allocations take these pages back
-        prepared.facts.update(warm.facts())
-        traced = setting.workloads[trial.workload].options.trace == "block"
-        with tracing.block_trace(self.scratch, workdir) if traced else contextlib.nullcontext() as trace:
+        with contextlib.ExitStack() as observing:
+            captures: list[Capture] = [observing.enter_context(self._free_page_reporting.around())]
+            warm.release()  # last: the run's first allocations take these pages back
+            captures.append(warm)
+            if setting.workloads[trial.workload].options.trace == "block":
+                captures.append(observing.enter_context(tracing.block_trace(self.scratch, workdir)))
             counters = measure.run_timed(
                 prepared.argv,
                 cwd=prepared.cwd,
@@ -266,32 +258,9 @@ class LocalExecutor(Executor):
                 pressure_group=pressure,
                 rss_dir=workdir,
             )
-        if trace is not None:
-            prepared.facts.update(trace.facts())
-        prepared.facts.update(self._memory_after_run(memory))
+        for capture in captures:
+            prepared.facts.update(capture.facts())
         return counters
-
-    def _memory_before_run(self) -> dict[str, int | None]:
-        """Read right before the timed run (a pre-run covariate, not an outcome): the free
-        memory, and how much free memory went back to the hypervisor since the last run ended
-        (free page reporting): a run that dirties it again pays a host fault per page."""
-        reported = kernelstats.read_reported_kib()
-        since = None
-        if reported is not None and self._reported_at_last_run is not None:
-            since = reported - self._reported_at_last_run
-        return {
-            "mem_free_kib_before_run": kernelstats.read_mem_free_kib(),
-            "memory_reported_kib_before_run": since,
-            "_reported": reported,
-        }
-
-    def _memory_after_run(self, before: dict[str, int | None]) -> dict[str, int]:
-        reported = kernelstats.read_reported_kib()
-        self._reported_at_last_run = reported
-        facts = {key: value for key, value in before.items() if value is not None and not key.startswith("_")}
-        if reported is not None and before["_reported"] is not None:
-            facts["memory_reported_kib_during_run"] = reported - before["_reported"]
-        return facts
 
     def _pressure_group(
         self, built: BuiltStack, workdir: Path, resources: contextlib.ExitStack

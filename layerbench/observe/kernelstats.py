@@ -11,8 +11,27 @@ the host has one.
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from layerbench.core.facts import Fact, declare
+from layerbench.observe.observer import Capture
+
+FACTS = declare(
+    Fact("mem_free_kib_before_run", "before", "free memory (KiB) right before the run"),
+    Fact(
+        "memory_reported_kib_before_run",
+        "before",
+        "free memory (KiB) handed back to the hypervisor since the last run ended (free page reporting)",
+    ),
+    Fact(
+        "memory_reported_kib_during_run",
+        "during",
+        "free memory (KiB) handed back to the hypervisor during the run",
+    ),
+)
 
 PSI_RESOURCES = ("io", "cpu", "memory")
 VMSTAT_KEYS = (
@@ -207,3 +226,43 @@ def delta(before: Snapshot, after: Snapshot) -> KernelCounters:
             if spent >= _NAMED_THREAD_S
         },
     )
+
+
+@dataclass
+class _MemoryAround:
+    """The free memory and the memory handed back to the hypervisor, around one run."""
+
+    free_before: int | None
+    reported_since_last: int | None
+    reported_during: int | None = None
+
+    def facts(self) -> dict[str, Any]:
+        found = {
+            "mem_free_kib_before_run": self.free_before,
+            "memory_reported_kib_before_run": self.reported_since_last,
+            "memory_reported_kib_during_run": self.reported_during,
+        }
+        return {key: value for key, value in found.items() if value is not None}
+
+
+class FreePageReporting:
+    """An observer of every timed run of one executor. Right before the run (a pre-run
+    covariate, not an outcome): the free memory, and how much free memory went back to the
+    hypervisor since the last run ended (free page reporting): a run that dirties it again
+    pays a host fault per page. Right after: how much went back during the run."""
+
+    def __init__(self) -> None:
+        self._at_last_run: int | None = None
+
+    @contextlib.contextmanager
+    def around(self) -> Iterator[Capture]:
+        reported = read_reported_kib()
+        since = None
+        if reported is not None and self._at_last_run is not None:
+            since = reported - self._at_last_run
+        capture = _MemoryAround(read_mem_free_kib(), since)
+        yield capture
+        after = read_reported_kib()
+        self._at_last_run = after
+        if after is not None and reported is not None:
+            capture.reported_during = after - reported

@@ -7,13 +7,13 @@ from typing import Any
 import numpy as np
 
 from layerbench import stats
-from layerbench.analysis import covariates, decompose, explain
+from layerbench.analysis import decompose, explain
 from layerbench.core import metrics
 from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
-from layerbench.guest import notes as guest_notes
-from layerbench.observe import durability, fsstate, noise, sentinel, tracing
+from layerbench.observe import fsstate, sentinel
 from layerbench.reports import host_state
+from layerbench.reports.readers import READERS
 from layerbench.stats import adaptive, marginal, sequential
 from layerbench.store import ExperimentRecord, HostRecord, SampleRecord, Store
 from layerbench.workloads.base import LatencyCdf, Workload, WorkloadOptions
@@ -161,7 +161,6 @@ def gather(store: Store, experiment_id: int) -> ReportData:
     facts = experiment.facts
     rows = sequential.summaries(runs, facts, experiment.baseline, stacks, workloads, design)
     warnings = list(experiment.warnings) + stats.warnings_for(rows, runs, experiment.baseline)
-    warnings += covariates.notes(runs)
     data = ReportData(
         experiment,
         runs,
@@ -179,11 +178,9 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
-    data.warnings += adaptive.notes(facts) + sequential.notes(facts) + noise.warnings(runs)
-    data.warnings += durability.warnings(runs) + tracing.warnings(runs)
-    data.warnings += guest_notes.notes(runs) + [
-        n for w in workloads for n in workload_kind(data, w).notes(_runs_by_stack(data, w))
-    ]
+    data.warnings += adaptive.notes(facts) + sequential.notes(facts)
+    data.warnings += [line for read in READERS for line in read(runs)]
+    data.warnings += [n for w in workloads for n in workload_kind(data, w).notes(_runs_by_stack(data, w))]
     return data
 
 
