@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any
 
 import numpy as np
 
@@ -52,7 +51,7 @@ class ReportData:
             groups.setdefault(point.group, []).append(stack)
         return groups
 
-    def sweep_values(self, stack: str) -> dict[str, Any]:
+    def sweep_values(self, stack: str) -> dict[str, object]:
         return self.experiment.plan.sweep_values(stack)
 
     def sweep_lines(self, workload: str) -> list[str]:

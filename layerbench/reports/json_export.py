@@ -2,6 +2,7 @@
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from layerbench import stats
@@ -12,7 +13,7 @@ from layerbench.reports.document import Report, register
 from layerbench.stats import sequential
 
 
-def _facts(facts: dict[str, Any]) -> dict[str, Any]:
+def _facts(facts: Mapping[str, object]) -> dict[str, object]:
     """The experiment's facts but its stored rows: "summary" has them, as this report drew them."""
     return {key: value for key, value in facts.items() if key != sequential.ROWS_FACT}
 
@@ -114,7 +115,7 @@ def experiment_json(data: ReportData) -> str:
 
 def _decomposition(
     data: ReportData, row: stats.Summary, groups: dict[tuple[str, str], list[RunRecord]]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     extra = decompose.summary_extra(data.summaries, data.baseline, row, groups)
     return {"decomposition": extra} if extra is not None else {}
 

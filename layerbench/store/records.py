@@ -41,7 +41,7 @@ class StackRecord:
             world=info.get("world"),
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "layers": self.layers,
             "mount_lines": self.mount_lines,
@@ -145,7 +145,7 @@ class StoredPlan(BaseModel):
     def kind_of(self, workload: str) -> str:
         return str(self.workloads[workload]["kind"])
 
-    def sweep_values(self, stack: str) -> dict[str, Any]:
+    def sweep_values(self, stack: str) -> dict[str, object]:
         """The values a swept stack was made with (none for a stack of no sweep)."""
         point = self.sweeps.get(stack)
         return dict(point.values) if point else {}
@@ -185,7 +185,7 @@ class HostRecord(BaseModel):
     layerbench: str | None = None
     tools: dict[str, str | None] = {}
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, object]:
         """Every key as stored, for an export and for telling two hosts apart."""
         return self.model_dump(exclude_unset=True)
 
@@ -216,7 +216,7 @@ class ExperimentRecord:
     status_reason: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
 
-    def header(self, *keys: str) -> dict[str, Any]:
+    def header(self, *keys: str) -> dict[str, object]:
         """Some of its fields by name, for an export's header."""
         return {key: getattr(self, key) for key in keys}
 
@@ -267,7 +267,7 @@ class ExperimentSummary:
     # history: this experiment against the previous finished one of its plan (compare.trends)
     against_previous: "Trend | None" = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
