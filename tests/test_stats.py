@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from layerbench import stats
 from layerbench.core.runs import RunRecord
-from layerbench.reports.base import csh_elapsed
+from layerbench.reports.base import csh_elapsed, csh_time_line
 from layerbench.selftest import validity
 from layerbench.stats import family, intervals, methods
 
@@ -228,6 +228,15 @@ def test_paired_repetitions_keep_shared_drift_out_of_the_interval() -> None:
 )
 def test_csh_elapsed(seconds: float, text: str) -> None:
     assert csh_elapsed(seconds) == text
+
+
+def test_the_csh_time_line_of_a_run_and_of_one_stored_without_its_counters() -> None:
+    # The FreeBSD report's nullfs line: 176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w
+    counters = {"user_s": 176.257, "sys_s": 38.316, "wall_s": 364.13, "cpu_pct": 58.9, "maxrss_kb": 2353}
+    counters |= {"inblock": 183, "oublock": 366, "majflt": 76805}
+    run = RunRecord(0, "nullfs", "build", "ok", values=counters)
+    assert csh_time_line(run) == "176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w"
+    assert csh_time_line(run.with_values(maxrss_kb=None)) is None
 
 
 def test_noisy_samples_warn() -> None:

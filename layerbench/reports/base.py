@@ -232,13 +232,19 @@ def csh_elapsed(seconds: float) -> str:
     return f"{minutes}:{rest // 100:02d}.{rest % 100:02d}"
 
 
-def csh_time_line(run: RunRecord) -> str:
+CSH_COUNTERS = ("user_s", "sys_s", "wall_s", "cpu_pct", "maxrss_kb", "inblock", "oublock", "majflt")
+
+
+def csh_time_line(run: RunRecord) -> str | None:
     """The csh `time` line: 176.257u 38.316s 6:04.13 58.9% 0+2353k 183+366io 76805pf+0w.
 
     The fields of one run: user, system, elapsed, CPU % ((user + system) / elapsed), then
     memory as `shared+unshared k`: Linux's rusage keeps no averages of those, so it reads
     0 + the peak resident size in KiB; then block input+output in 512-byte units, major
-    page faults and swaps (0: Linux does not count them)."""
+    page faults and swaps (0: Linux does not count them). None for a run stored without all
+    of them (by an older layerbench)."""
+    if not all(run.has(name) for name in CSH_COUNTERS):
+        return None
     count = run.required
     return (
         f"{count('user_s'):.3f}u {count('sys_s'):.3f}s {csh_elapsed(run.wall_s)} "

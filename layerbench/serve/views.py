@@ -238,7 +238,7 @@ def runs(browser: Browser, experiment_id: int, query: QueryParams) -> View:
         cells = [run.stack, run.workload] + [
             stats.is_disturbed(run) if c == "disturbed" else _column(run, c) for c in RUN_COLUMNS
         ]
-        line = reports.csh_time_line(run) if run.ok else run.error or "-"
+        line = (reports.csh_time_line(run) if run.ok else run.error) or "-"
         table.add([*cells, line], {2: f"/runs/{run.id}"})
     context = {"experiment": data.experiment, "stack": stack, "workload": workload}
     return View("runs.html", f"experiment {experiment_id}: runs", [table], context)
