@@ -121,7 +121,7 @@ def _joint(response: np.ndarray, columns: list[np.ndarray]) -> tuple[float, floa
 
 
 def budget(runs: list[RunRecord], workload: str) -> list[str]:
-    measured = [r for r in runs if r.workload == workload and r.ok and not r.warmup]
+    measured = [r for r in runs if r.workload == workload and r.measured]
     stacks = [run.stack for run in measured]
     response = _within_stacks([math.log(run.wall_s) for run in measured], stacks)
     lines = [

@@ -111,7 +111,7 @@ DISK = "[stacks.disk]\nlayers = []\n"
 def measured_runs(data: ReportData) -> dict[str, list[RunRecord]]:
     found: dict[str, list[RunRecord]] = {}
     for run in data.runs:
-        if run.ok and not run.warmup:
+        if run.measured:
             found.setdefault(run.workload, []).append(run)
         elif run.status != "ok":
             raise SystemExit(f"bench: a layerbench run failed: {run.error}")

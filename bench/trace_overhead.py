@@ -64,7 +64,7 @@ def main() -> int:
         print(f"trace_overhead: {exc}")
         return 2
     shutil.rmtree(args.scratch, ignore_errors=True)
-    runs = [r for r in data.runs if r.ok and not r.warmup]
+    runs = [r for r in data.runs if r.measured]
     by: dict[str, dict[int, RunRecord]] = {}
     for run in runs:
         by.setdefault(run.workload, {})[run.rep] = run

@@ -92,7 +92,7 @@ def associations(runs: list[RunRecord]) -> list[Association]:
 
     cells: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
-        if run.ok and not run.warmup:
+        if run.measured:
             cells.setdefault((run.stack, run.workload), []).append(run)
     found = []
     for (stack, workload), members in cells.items():

@@ -75,8 +75,7 @@ class RunRecord:
         """The run's value of a metric (None: not measured)."""
         if metric not in metrics.BY_NAME:
             raise KeyError(f"{metric!r} is not a registered metric")
-        found = self.values.get(metric)
-        return None if found is None else found
+        return self.values.get(metric)
 
     def required(self, metric: str) -> float:
         """A metric every such run measures: its absence is a bug, not a gap."""
@@ -99,15 +98,7 @@ class RunRecord:
         """As a flat row of the runs table (identity, every counter, units, unit): for an
         export."""
         return {
-            "trial": self.trial,
-            "stack": self.stack,
-            "workload": self.workload,
-            "rep": self.rep,
-            "warmup": self.warmup,
-            "status": self.status,
-            "error": self.error,
-            "exit_code": self.exit_code,
-            "started": self.started,
+            **{name: getattr(self, name) for name in IDENTITY},
             **{name: self.values.get(name) for name in metrics.column_names()},
             "units": self.units,
             "unit": self.unit,

@@ -114,7 +114,7 @@ def measured(runs: list[RunRecord], *, disturbed: bool = False) -> dict[tuple[st
     unless disturbed=True, or unless most runs of the group are flagged (see mostly_disturbed)."""
     groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for run in runs:
-        if run.ok and not run.warmup:
+        if run.measured:
             groups[(run.stack, run.workload)].append(run)
     if disturbed:
         return groups
