@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import postgres
 
 from layerbench.fleet import coordinator, credentials, hosts, local
+from layerbench.fleet.requests import FLEET_HOST, HOST_FINISHED, HOST_STARTED
 from layerbench.plan import parse_plan
 from layerbench.plan.schedule import Trial
 from layerbench.store import Store
@@ -60,8 +61,8 @@ def verify(store: Store, outcome: coordinator.FleetOutcome, expected: int) -> No
         trials = sorted(r.trial for r in runs)
         assert host.status == "done", (host.host, host.status, host.detail)
         assert trials == list(range(expected)), (host.host, len(trials))
-        assert {r.facts["fleet_host"] for r in runs} == {host.host}
-        spans = sorted((r.facts["host_started"], r.facts["host_finished"]) for r in runs)
+        assert {r.fact(FLEET_HOST) for r in runs} == {host.host}
+        spans = sorted((r.fact(HOST_STARTED) or 0.0, r.fact(HOST_FINISHED) or 0.0) for r in runs)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), host.host
 
 

@@ -30,9 +30,11 @@ import stored  # noqa: E402
 
 from layerbench.core import metrics  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
-from layerbench.core.facts import registered as registered_facts  # noqa: E402
+from layerbench.core.facts import Fact  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
-from layerbench.executors import local as _declares_the_harness_facts  # noqa: E402, F401
+from layerbench.executors.local import PHASE_TEARDOWN_S  # noqa: E402
+from layerbench.observe import kernelstats, noise, settle  # noqa: E402
+from layerbench.observe.warm_memory import WARM_MEMORY_BYTES  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -40,20 +42,19 @@ class Factor:
     name: str
     when: str  # "before" the timed run, or "during" it
     read: Callable[[RunRecord], float | None]
-    fact: str | None = None  # the run fact it reads (declared in layerbench.core.facts)
+    fact: Fact[float] | None = None  # the run fact it reads (declared in layerbench.core.facts)
 
 
-def _fact(key: str) -> Callable[[RunRecord], float | None]:
+def _fact(fact: Fact[float]) -> Callable[[RunRecord], float | None]:
     def read(run: RunRecord) -> float | None:
-        value = run.fact(key)
-        return float(value) if isinstance(value, int | float) else None
+        return run.fact(fact)
 
     return read
 
 
-def _of_fact(name: str, key: str) -> Factor:
+def _of_fact(name: str, fact: Fact[float]) -> Factor:
     """A factor that is a run fact: before or during the run as the facts registry declares it."""
-    return Factor(name, registered_facts()[key].when, _fact(key), key)
+    return Factor(name, fact.when, _fact(fact), fact)
 
 
 def _column(key: str) -> Callable[[RunRecord], float | None]:
@@ -64,23 +65,24 @@ def _column(key: str) -> Callable[[RunRecord], float | None]:
     return read
 
 
-PREVIOUS_TEARDOWN = "previous_teardown_s"  # this script's own mark on each run: not a stored fact
+# This script's own mark on each run: not a stored fact, so not declared.
+PREVIOUS_TEARDOWN = Fact("previous_teardown_s", "before", "the previous trial's teardown", float)
 
 FACTORS = (
     _of_fact("memory handed back to the hypervisor since the last run (KiB)",
-             "memory_reported_kib_before_run"),
-    _of_fact("free memory (KiB)", "mem_free_kib_before_run"),
-    _of_fact("memory held warm for the run (bytes)", "warm_memory_bytes"),
-    _of_fact("settle: seconds waited for quiet devices", "settle_waited_s"),
-    _of_fact("settle: bytes written back while waiting", "settle_written_bytes"),
-    _of_fact("settle: bytes discarded while waiting", "settle_discarded_bytes"),
-    _of_fact("settle: kernel threads' CPU while waiting (s)", "settle_kthread_cpu_s"),
-    _of_fact("runnable tasks at the start", "runnable_at_start"),
-    _of_fact("load average (1 min)", "load_1m"),
+             kernelstats.MEMORY_REPORTED_KIB_BEFORE_RUN),
+    _of_fact("free memory (KiB)", kernelstats.MEM_FREE_KIB_BEFORE_RUN),
+    _of_fact("memory held warm for the run (bytes)", WARM_MEMORY_BYTES),
+    _of_fact("settle: seconds waited for quiet devices", settle.WAITED_S),
+    _of_fact("settle: bytes written back while waiting", settle.WRITTEN_BYTES),
+    _of_fact("settle: bytes discarded while waiting", settle.DISCARDED_BYTES),
+    _of_fact("settle: kernel threads' CPU while waiting (s)", settle.KTHREAD_CPU_S),
+    _of_fact("runnable tasks at the start", noise.RUNNABLE_AT_START),
+    _of_fact("load average (1 min)", noise.LOAD_1M),
     Factor("the trial's place in the experiment", "before", _column("trial")),
     Factor("the previous trial's teardown (s)", "before", _fact(PREVIOUS_TEARDOWN)),
-    _of_fact("memory handed back during the run (KiB)", "memory_reported_kib_during_run"),
-    _of_fact("other processes' CPU (s)", "others_cpu_s"),
+    _of_fact("memory handed back during the run (KiB)", kernelstats.MEMORY_REPORTED_KIB_DURING_RUN),
+    _of_fact("other processes' CPU (s)", noise.OTHERS_CPU_S),
     Factor("kernel threads' CPU (s)", "during", _column("kthread_cpu_s")),
     Factor("I/O stall of the run, PSI some (s)", "during", _column("psi_io_some_s")),
     Factor("CPU wait of the run, PSI some (s)", "during", _column("psi_cpu_some_s")),
@@ -161,8 +163,8 @@ def main() -> int:
     previous_teardown = None
     marked = []
     for run in runs:  # the trial before in the experiment's order: what it left to delete
-        marked.append(replace(run, facts=run.facts | {PREVIOUS_TEARDOWN: previous_teardown}))
-        previous_teardown = run.fact("phase_teardown_s")
+        marked.append(replace(run, facts={**run.facts, PREVIOUS_TEARDOWN.key: previous_teardown}))
+        previous_teardown = run.fact(PHASE_TEARDOWN_S)
     runs = marked
     workloads = list(dict.fromkeys(run.workload for run in runs))
     print(f"Noise budget of experiment {ident} ({args.db})\n")

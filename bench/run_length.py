@@ -30,20 +30,20 @@ import stored  # noqa: E402
 from layerbench import stats  # noqa: E402
 from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
-from layerbench.executors import local as _declares_the_phase_facts  # noqa: E402, F401
+from layerbench.executors import local  # noqa: E402
 
 UNTIMED_FACTS = (
-    "phase_build_s",
-    "phase_prepare_s",
-    "phase_warm_memory_s",
-    "phase_around_run_s",
-    "phase_teardown_s",
+    local.PHASE_BUILD_S,
+    local.PHASE_PREPARE_S,
+    local.PHASE_WARM_MEMORY_S,
+    local.PHASE_AROUND_RUN_S,
+    local.PHASE_TEARDOWN_S,
 )
 
 
 def _untimed(runs: list[RunRecord]) -> float:
     """Mean seconds of a trial outside its timed run."""
-    totals = [sum(float(r.fact(name) or 0.0) for name in UNTIMED_FACTS) for r in runs]
+    totals = [sum(r.fact(phase) or 0.0 for phase in UNTIMED_FACTS) for r in runs]
     return statistics.fmean(totals) if totals else math.nan
 
 

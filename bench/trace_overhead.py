@@ -85,9 +85,7 @@ def main() -> int:
             f"| {name}: {figure} | {median(base):.4g} | {median(ours):.4g} | {ratio:.3f}{interval} "
             f"| 1 ± 3% | {verdict(ratio, low, high)} |"
         )
-    missing = {
-        str(r.fact("trace_block_missing")) for r in runs if r.fact("trace_block_missing")
-    }
+    missing = {reason for r in runs if (reason := r.fact(tracing.TRACE_BLOCK_MISSING))}
     for reason in missing:
         print(f"\nnot traced: {reason}")
     print(f"\n{len(runs)} runs, {args.rounds} rounds, paired by round; on {os.uname().release}")

@@ -235,9 +235,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         experiment = _run_interruptibly(session, plan, args)
         if experiment is None:
             return 130
+        stored = experiment.id
+        assert stored is not None, "an experiment that ran was stored"
         if not args.quiet:
-            text_report.show(out, contents.document(reports.gather(experiment.store, experiment.id)))  # type: ignore[arg-type]
-        console.print(f"experiment {experiment.id} stored in {args.db}")
+            text_report.show(out, contents.document(reports.gather(experiment.store, stored)))
+        console.print(f"experiment {stored} stored in {args.db}")
         return 0
 
 

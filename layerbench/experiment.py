@@ -87,8 +87,8 @@ class Experiment:
         experiment._finished = {run.trial for run in store.runs(experiment_id)}
         experiment._stacks_seen = set(record.stacks)
         experiment._probe.seq = len(store.sentinels(experiment_id))
-        if sequential.FACT in record.facts:
-            experiment._sequential = sequential.State.of_fact(record.facts[sequential.FACT])
+        if (state := sequential.STATE.read(record.facts)) is not None:
+            experiment._sequential = state
         return experiment
 
     @property
@@ -166,7 +166,7 @@ class Experiment:
             # and an experiment of a few seconds is spared the statistics' import (~1 s).
             if status == "done" and self.store.run_count(self.id) >= sequential.STORED_ROWS_MIN_RUNS:
                 rows = sequential.elapsed_rows(self.store.experiment(self.id), self.store.runs(self.id))
-                self.store.set_experiment_fact(self.id, sequential.ROWS_FACT, [r.as_dict() for r in rows])
+                self.store.set_experiment_fact(self.id, sequential.ROWS.key, [r.as_dict() for r in rows])
             self.store.finish_experiment(self.id, status, reason)
         except StoreLost:
             if status == "done":
@@ -231,7 +231,7 @@ class Experiment:
         wanted = sequential.look(
             runs, state, context, elapsed_s=time.monotonic() - self._started, trial_seconds=seconds
         )
-        self.store.set_experiment_fact(self.id, sequential.FACT, state.as_fact())
+        self.store.set_experiment_fact(self.id, sequential.STATE.key, state.as_fact())
         first = max([len(self.trials), *(run.trial + 1 for run in runs)])
         return [
             Trial(first + i, stack, workload, rep, False) for i, (stack, workload, rep) in enumerate(wanted)
@@ -251,7 +251,7 @@ class Experiment:
             seed=self.seed,
             design=stats.Design.of_plan(self.plan),
         )
-        self.store.set_experiment_fact(self.id, adaptive.FACT, state)
+        self.store.set_experiment_fact(self.id, adaptive.STATE.key, adaptive.as_fact(state))
         # A resumed experiment may already hold runs of rounds added before it stopped.
         first = max([len(self.trials), *(run.trial + 1 for run in runs)])
         return [

@@ -41,20 +41,20 @@ NOISY_A_A = {"a": [1.0, 1.3, 0.8, 1.1, 0.9], "b": [1.05, 1.1, 0.95, 1.2, 0.85]}
 def test_a_decided_ratio_needs_no_more_rounds() -> None:
     trials, state = _round({"a": [1.0, 1.3, 0.8, 1.1, 0.9], "b": [2.0, 2.5, 1.6, 2.2, 1.9]})
     assert trials == [] and state["converged"]
-    assert state["widths"][0]["decision"] == "slower"
+    assert state["widths"][0].decision == "slower"
 
 
 def test_undecided_ratios_get_another_interleaved_round() -> None:
     trials, state = _round(NOISY_A_A)
     assert sorted(trials) == [("a", "w", 5), ("b", "w", 5)]
-    assert not state["converged"] and state["not_converged"][0]["stack"] == "b"
-    assert state["not_converged"][0]["half_width"] > 0.02
+    assert not state["converged"] and state["not_converged"][0].stack == "b"
+    assert (state["not_converged"][0].half_width or 0) > 0.02
 
 
 def test_max_reps_stops_the_rounds_and_says_what_did_not_converge() -> None:
     trials, state = _round(NOISY_A_A, max_reps=5)
     assert trials == [] and not state["converged"]
-    (note,) = adaptive.notes({adaptive.FACT: state})
+    (note,) = adaptive.notes({adaptive.STATE.key: adaptive.as_fact(state)})
     assert "undecided and not within +-2.0%" in note and "b/w" in note and "max_reps = 5" in note
 
 

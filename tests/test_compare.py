@@ -21,7 +21,7 @@ def _side(
     ident: int, walls: dict[tuple[str, str], list[float]], host: dict, sentinels: list[Sample] = ()
 ) -> Side:
     runs = [run for (s, w), values in walls.items() for run in _runs(s, w, values)]
-    plan = {"stacks": {s: {} for s, _ in walls}, "workloads": {w: {} for _, w in walls}}
+    plan = {"stacks": {s: [] for s, _ in walls}, "workloads": {w: {} for _, w in walls}}
     baseline = next(iter(walls))[0]
     experiment = experiment_record(id=ident, name="x", plan=plan, host=host, baseline=baseline)
     return Side(Path("x.db"), experiment, runs, list(sentinels))

@@ -28,7 +28,7 @@ def test_a_noisy_cell_whose_times_follow_the_memory_handed_back_is_named_with_th
 
 def test_no_note_without_an_association_or_without_noise() -> None:
     rng = random.Random(7)
-    reported = [rng.uniform(0, 2e6) for _ in range(8)]
+    reported: list[float | None] = [rng.randrange(0, 2_000_000) for _ in range(8)]
     unrelated = [rng.uniform(0.5, 3.5) for _ in range(8)]
     assert covariates.notes(_runs(unrelated, reported)) == []  # noisy, but not with the covariate
     quiet = [1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06]  # follows the covariate, but CV ~2 %

@@ -20,10 +20,7 @@ def test_the_share_of_time_in_timed_runs() -> None:
 
 
 def test_no_share_while_the_experiment_runs() -> None:
-    assert (
-        host_state.time_share_line(experiment_record(finished=None), [_run(1)])
-        is None
-    )
+    assert host_state.time_share_line(experiment_record(finished=None), [_run(1)]) is None
 
 
 def test_the_untimed_time_per_phase_is_the_mean_over_the_trials_that_recorded_it() -> None:

@@ -15,10 +15,7 @@ INCREMENTS = {
 
 
 def runs(stack: str, values: list[float]) -> list[RunRecord]:
-    return [
-        RunRecord(rep, stack, "w", "ok", rep=rep, values={"wall_s": v})
-        for rep, v in enumerate(values)
-    ]
+    return [RunRecord(rep, stack, "w", "ok", rep=rep, values={"wall_s": v}) for rep, v in enumerate(values)]
 
 
 def experiment(noise: float = 0.01, seed: int = 1) -> list[dict[str, object]]:

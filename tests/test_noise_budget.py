@@ -37,14 +37,14 @@ def test_the_planted_pre_run_factor_explains_the_noise_and_the_others_do_not(tmp
     rng = np.random.default_rng(9)
 
     def script(trial: Trial) -> dict[str, float]:
-        handed_back = float(rng.uniform(0, 1_000_000))
+        handed_back = int(rng.integers(0, 1_000_000))  # KiB, whole as the kernel counts them
         wall = (
             (1.5 if trial.stack == "b" else 1.0) * (1 + handed_back / 2_000_000) * np.exp(rng.normal(0, 0.01))
         )
         return {
             "wall_s": wall,
             "memory_reported_kib_before_run": handed_back,
-            "mem_free_kib_before_run": float(rng.uniform(1e6, 2e6)),
+            "mem_free_kib_before_run": int(rng.integers(1_000_000, 2_000_000)),
         }
 
     store = Store(tmp_path / "r.db")

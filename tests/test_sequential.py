@@ -61,7 +61,7 @@ def _run(tmp_path: Path, budget: str, seed: int = 1) -> tuple[Store, FakeExecuto
 def test_decided_comparisons_close_and_only_open_ones_get_rounds(tmp_path: Path) -> None:
     store, executor, _ = _run(tmp_path, "1h")
     facts = store.experiment(1).facts
-    state = sequential.State.of_fact(facts[sequential.FACT])
+    state = sequential.STATE.read(facts)
     first = state.looks[0]
     # slow (x1.3) and same (within 0.2 %) are decided at once, vague is not.
     assert sorted(first.closed) == [("same", "w"), ("slow", "w")]
@@ -91,7 +91,7 @@ def test_the_report_shows_each_comparison_as_its_look_closed_it(tmp_path: Path) 
 
 def test_a_spent_budget_stops_the_rounds(tmp_path: Path) -> None:
     store, executor, _ = _run(tmp_path, "0.001s")
-    state = sequential.State.of_fact(store.experiment(1).facts[sequential.FACT])
+    state = sequential.STATE.read(store.experiment(1).facts)
     assert state.stopped == "budget spent" and len(state.looks) == 1
     assert len(executor.trials) == 20
 

@@ -164,11 +164,11 @@ def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_i
     store = Store(tmp_path / "r.db")
     _stored_plan(store, 6)
     ids = [r.id for r in store.history(name="stored")]
-    stored = store.fact_of_each(sequential.ROWS_FACT, ids)
+    stored = store.fact_of_each(sequential.ROWS, ids)
     assert sorted(stored) == ids  # every finished experiment (of 40 runs) stored its rows
     for ident in ids:  # the same rows its report computes from its runs
         recomputed = sequential.elapsed_rows(store.experiment(ident), store.runs(ident))
-        assert sequential.stored_rows(stored[ident]) == recomputed
+        assert stored[ident] == recomputed
     from_rows = gather(store, "stored")
     [bind] = from_rows
     assert [round(p.ratio, 1) for p in bind.points] == [1.0, 1.0, 1.0, 1.3, 1.3, 1.3]
@@ -176,7 +176,7 @@ def test_a_trend_reads_the_rows_each_experiment_stored_at_its_end_and_they_are_i
     with store._write() as connection:
         from layerbench.store.schema import experiment_facts
 
-        connection.execute(experiment_facts.delete().where(experiment_facts.c.key == sequential.ROWS_FACT))
+        connection.execute(experiment_facts.delete().where(experiment_facts.c.key == sequential.ROWS.key))
     assert gather(store, "stored") == from_rows
     store.close()
 

@@ -9,10 +9,13 @@ covariate's spread, so a reader sees a measured cause instead of "more repetitio
 help". A covariate is one entry of COVARIATES, read from the run's facts.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from layerbench.core.facts import JSON, Fact
 from layerbench.core.runs import RunRecord
+from layerbench.executors.local import INODE_GROUP_FREED_S_AGO
+from layerbench.observe.kernelstats import MEM_FREE_KIB_BEFORE_RUN, MEMORY_REPORTED_KIB_BEFORE_RUN
 
 NOISY_CV = 0.10
 ALPHA = 0.01
@@ -21,16 +24,16 @@ MIN_RUNS = 5
 
 @dataclass(frozen=True)
 class Covariate:
-    fact: str  # the run's fact that holds it
+    fact: Fact[float]  # the run's fact that holds it
     words: str  # what it is, for the note
     unit: str  # "KiB" (shown in MiB) or "s"
     absent: float | None = None  # the value a null fact stands for (None: the run is left out)
 
-    def value(self, facts: dict[str, Any]) -> float | None:
-        if self.fact not in facts:
+    def value(self, facts: Mapping[str, JSON]) -> float | None:
+        if self.fact.key not in facts:
             return None
-        found = facts[self.fact]
-        return float(found) if found is not None else self.absent
+        found = self.fact.read(facts)
+        return found if found is not None else self.absent
 
     def spread(self, low: float, high: float) -> str:
         if self.unit == "KiB":
@@ -40,17 +43,17 @@ class Covariate:
 
 COVARIATES = (
     Covariate(
-        "memory_reported_kib_before_run",
+        MEMORY_REPORTED_KIB_BEFORE_RUN,
         "free memory handed back to the hypervisor since the last run (free page reporting: "
         "the run pays a host fault for each page of it it touches)",
         "KiB",
     ),
-    Covariate("mem_free_kib_before_run", "free memory before the run", "KiB"),
+    Covariate(MEM_FREE_KIB_BEFORE_RUN, "free memory before the run", "KiB"),
     # ext4 without a journal skips the inodes freed in the last 60-360 s, one by one, for each
     # new inode (scratch/placement.py); a trial of this run ending near the run's group is read
     # from the placement's own bookkeeping, null beyond 365 s (counted as 365).
     Covariate(
-        "inode_group_freed_s_ago",
+        INODE_GROUP_FREED_S_AGO,
         "seconds since a trial ended near the inode group its files start in (ext4 without a "
         "journal skips each inode freed in the last 60-360 s)",
         "s",

@@ -33,6 +33,7 @@ import numpy as np
 from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
 from layerbench.observe import measure
+from layerbench.observe.measure import KERNEL
 from layerbench.stats import Summary
 
 SHARE = 0.1
@@ -295,11 +296,9 @@ def grown_threads(
     """The kernel-thread families whose median CPU grew the most against the baseline."""
 
     def medians(runs: list[RunRecord]) -> dict[str, float]:
-        names = {n for r in runs for n in r.fact("kernel", {}).get("threads_cpu_s", {})}
-        return {
-            n: float(np.median([r.facts["kernel"].get("threads_cpu_s", {}).get(n, 0.0) for r in runs]))
-            for n in names
-        }
+        threads = [(r.fact(KERNEL) or {}).get("threads_cpu_s", {}) for r in runs]
+        names = {n for of_run in threads for n in of_run}
+        return {n: float(np.median([of_run.get(n, 0.0) for of_run in threads])) for n in names}
 
     mine = medians(groups.get((stack, workload), []))
     theirs = medians(groups.get((baseline, workload), []))

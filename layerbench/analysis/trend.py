@@ -199,11 +199,11 @@ def gather(store: Store, plan: str) -> list[Series]:
     records = [r for r in store.history(name=plan) if r.status == FINISHED]
     if not records:
         raise UserError(f"{store.location}: no finished experiment of a plan named {plan!r}")
-    stored = store.fact_of_each(sequential.ROWS_FACT, [r.id for r in records])
+    stored = store.fact_of_each(sequential.ROWS, [r.id for r in records])
     found: dict[tuple[str, str, str], Series] = {}
     for record in records:
         if record.id in stored:
-            rows = sequential.stored_rows(stored[record.id])
+            rows = stored[record.id]
         else:
             rows = sequential.elapsed_rows(store.experiment(record.id), store.runs(record.id))
         host = str(record.host)

@@ -4,9 +4,20 @@ its rows; tests make them with from_row()."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from layerbench.core import metrics
+from layerbench.core.facts import JSON, Fact, declare
+
+T = TypeVar("T")
+
+# The facts the statistics themselves rely on (a disturbed run is left out; a re-run stands in
+# for one), declared here, below every layer that writes or reads them.
+DISTURBED = Fact(
+    "disturbed", "during", "other work took more than a quarter of the CPUs during the run", bool
+)
+RERUN = Fact("rerun", "before", "this trial reran a disturbed one (which, and why)", int)
+declare(DISTURBED, RERUN)
 
 # The runs table's columns besides the counters, in order.
 IDENTITY = ("trial", "stack", "workload", "rep", "warmup", "status", "error", "exit_code", "started")
@@ -30,8 +41,9 @@ class RunRecord:
     unit: str | None = None
     # metric name (metrics.METRICS, throughput included) -> value
     values: Mapping[str, float | int | None] = field(default_factory=dict)
-    devices: dict[str, Any] = field(default_factory=dict)  # device -> its counters over the run
-    facts: dict[str, Any] = field(default_factory=dict)
+    # device -> its counters over the run
+    devices: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    facts: Mapping[str, JSON] = field(default_factory=dict)  # key -> value (core.facts)
     id: int | None = None  # the store's ids (None for a run not read from a store)
     experiment_id: int | None = None
 
@@ -87,8 +99,9 @@ class RunRecord:
     def has(self, metric: str) -> bool:
         return self.value(metric) is not None
 
-    def fact(self, key: str, default: Any = None) -> Any:
-        return self.facts.get(key, default)
+    def fact(self, fact: Fact[T]) -> T | None:
+        """The run's value of a declared fact, of its declared type (None: the run has none)."""
+        return fact.read(self.facts)
 
     def with_values(self, **values: float | int | None) -> "RunRecord":
         """The same run with some counters replaced (a test's, or a derived reading)."""

@@ -38,23 +38,34 @@ from layerbench.store import now
 from layerbench.store.records import StackRecord, TrialResult
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions
 
-FACTS = declare(
-    Fact("phase_build_s", "before", "seconds building the stack"),
-    Fact("phase_prepare_s", "before", "seconds preparing the workload (untimed)"),
-    Fact("phase_warm_memory_s", "before", "seconds holding the run's memory warm"),
-    Fact(
-        "phase_around_run_s",
-        "after",
-        "seconds around the timed run: dropping caches, settling, reading the counters",
-    ),
-    Fact("phase_teardown_s", "after", "seconds tearing the trial down"),
-    Fact(
-        "inode_group_freed_s_ago",
-        "before",
-        "seconds since a trial of this run ended near the inode group the trial's files start in "
-        "(null: none in the last 365 s; an ext4 without a journal only, scratch/placement.py)",
-    ),
-    Fact("placement_tries", "before", "trial directories made to find that group (scratch/placement.py)"),
+PHASE_BUILD_S = Fact("phase_build_s", "before", "seconds building the stack", float)
+PHASE_PREPARE_S = Fact("phase_prepare_s", "before", "seconds preparing the workload (untimed)", float)
+PHASE_WARM_MEMORY_S = Fact("phase_warm_memory_s", "before", "seconds holding the run's memory warm", float)
+PHASE_AROUND_RUN_S = Fact(
+    "phase_around_run_s",
+    "after",
+    "seconds around the timed run: dropping caches, settling, reading the counters",
+    float,
+)
+PHASE_TEARDOWN_S = Fact("phase_teardown_s", "after", "seconds tearing the trial down", float)
+INODE_GROUP_FREED_S_AGO = Fact(
+    "inode_group_freed_s_ago",
+    "before",
+    "seconds since a trial of this run ended near the inode group the trial's files start in "
+    "(null: none in the last 365 s; an ext4 without a journal only, scratch/placement.py)",
+    float,
+)
+PLACEMENT_TRIES = Fact(
+    "placement_tries", "before", "trial directories made to find that group (scratch/placement.py)", int
+)
+declare(
+    PHASE_BUILD_S,
+    PHASE_PREPARE_S,
+    PHASE_WARM_MEMORY_S,
+    PHASE_AROUND_RUN_S,
+    PHASE_TEARDOWN_S,
+    INODE_GROUP_FREED_S_AGO,
+    PLACEMENT_TRIES,
 )
 
 
@@ -136,7 +147,7 @@ class LocalExecutor(Executor):
                     result = TrialResult(trial, started, measure.failed(f"setup: {exc}"))
                 if placed is not None:
                     result.facts.update(
-                        inode_group_freed_s_ago=placed.freed_s_ago, placement_tries=placed.tries
+                        **{INODE_GROUP_FREED_S_AGO.key: placed.freed_s_ago, PLACEMENT_TRIES.key: placed.tries}
                     )
         finally:
             # The trial's files are gone now; their deletion is made durable here, in its own
@@ -194,7 +205,7 @@ class LocalExecutor(Executor):
         if counters.status == "ok" and (
             durable := durability.check(outcome.durable_bytes, checked, counters.devices, still_dirty)
         ):
-            facts["durability"] = durable
+            facts[durability.DURABILITY.key] = durable
         return TrialResult(
             trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics
         )

@@ -28,7 +28,7 @@ from layerbench.core.errors import UserError
 from layerbench.executors.base import Setting
 from layerbench.executors.local import LocalExecutor
 from layerbench.experiment import make_workloads
-from layerbench.fleet.requests import Answer, PlanSource, Request
+from layerbench.fleet.requests import HOST_FINISHED, HOST_STARTED, Answer, PlanSource, Request
 from layerbench.plan import Plan
 from layerbench.session import MountNamespace, Session
 from layerbench.workloads.base import Workload
@@ -78,7 +78,7 @@ class Agent:
         started = time.time()
         result = self.executor.run(request.trial, Setting(plan, workloads, request.experiment_id))
         # When the host held the trial, by its own clock: its trials never overlap.
-        result.facts.update(host_started=started, host_finished=time.time())
+        result.facts.update({HOST_STARTED.key: started, HOST_FINISHED.key: time.time()})
         return result
 
 

@@ -144,9 +144,7 @@ def resume_fleet(store: Store, fleet: str, progress: FleetProgress | None = None
     """Every experiment of the fleet that did not finish (its host was lost, or its head
     died), each on its own host again, all at once: only the trials it has no run for."""
     unfinished = {
-        name: member.id
-        for name, member in store.fleet(fleet).experiments.items()
-        if member.status != "done"
+        name: member.id for name, member in store.fleet(fleet).experiments.items() if member.status != "done"
     }
     if not unfinished:
         raise UserError(f"fleet {fleet}: every host's experiment is complete; nothing to resume")

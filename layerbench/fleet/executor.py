@@ -18,7 +18,7 @@ from layerbench.executors.base import Executor, HostLost, Setting
 from layerbench.fleet import hosts
 from layerbench.fleet.hosts import Host
 from layerbench.fleet.remote import CLOSE_WAIT_S, RESOURCE_PREFIX, HostAgent, on_host
-from layerbench.fleet.requests import Answer, Operation, PlanSource, Request
+from layerbench.fleet.requests import FLEET_HOST, Answer, Operation, PlanSource, Request
 from layerbench.plan import Plan
 from layerbench.plan.schedule import Trial
 from layerbench.store.records import TrialResult
@@ -115,7 +115,7 @@ class HostExecutor(Executor):
 
     def host(self) -> dict[str, Any]:
         answer = self._ask("describe")
-        return (answer.value if answer.ok else {}) | {"fleet_host": self.host_.name}
+        return (answer.value if answer.ok else {}) | {FLEET_HOST.key: self.host_.name}
 
     def sentinel(self) -> tuple[dict[str, float], float] | None:
         answer = self._ask("sentinel")
@@ -126,5 +126,5 @@ class HostExecutor(Executor):
         if not answer.ok:
             raise HostLost(f"host {self.host_.name}: {answer.error}")
         result: TrialResult = answer.value
-        result.facts["fleet_host"] = answer.ran_on
+        result.facts[FLEET_HOST.key] = answer.ran_on
         return result

@@ -8,11 +8,10 @@ from layerbench.core.facts import Fact, declare
 from layerbench.plan import Plan, parse_plan
 from layerbench.plan.schedule import Trial
 
-FACTS = declare(
-    Fact("fleet_host", "before", "the fleet host whose agent ran the trial"),
-    Fact("host_started", "before", "when the host's agent took the trial (epoch seconds)"),
-    Fact("host_finished", "after", "when the host's agent finished it (epoch seconds)"),
-)
+FLEET_HOST = Fact("fleet_host", "before", "the fleet host whose agent ran the trial", str)
+HOST_STARTED = Fact("host_started", "before", "when the host's agent took the trial (epoch seconds)", float)
+HOST_FINISHED = Fact("host_finished", "after", "when the host's agent finished it (epoch seconds)", float)
+declare(FLEET_HOST, HOST_STARTED, HOST_FINISHED)
 
 Operation = Literal["check", "describe", "sentinel", "run"]
 

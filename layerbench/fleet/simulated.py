@@ -9,7 +9,7 @@ from typing import Any
 from layerbench.executors.base import Setting
 from layerbench.executors.fake import FakeExecutor
 from layerbench.experiment import make_workloads
-from layerbench.fleet.requests import Answer, Request
+from layerbench.fleet.requests import HOST_FINISHED, HOST_STARTED, Answer, Request
 from layerbench.plan.schedule import Trial
 
 
@@ -29,5 +29,5 @@ def serve(request: Request) -> Answer:
     result = FakeExecutor(_script).run(
         request.trial, Setting(plan, make_workloads(plan), request.experiment_id)
     )
-    result.facts.update(host_started=started, host_finished=time.time())
+    result.facts.update({HOST_STARTED.key: started, HOST_FINISHED.key: time.time()})
     return Answer(True, result)

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
+
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
@@ -24,14 +26,32 @@ from layerbench.linux import procfs, system
 from layerbench.observe.run_result import RunResult
 from layerbench.scratch import Scratch
 
-FACTS = declare(
-    Fact(
-        "guest",
-        "after",
-        "the vm layer's guest: accelerator, CPUs, memory, kernel, boot time, its mounts and "
-        "devices, where each counter came from",
-    ),
+
+class GuestFigures(TypedDict, total=False):
+    """The vm layer's guest as a run's `guest` fact."""
+
+    accel: str
+    accel_why: str
+    cpus: int
+    memory_mib: int
+    kernel: str
+    counters_from: str
+    host_wall_s: float
+    boot_and_setup_s: float
+    guest_uptime: dict[str, float]
+    guest_helper_cpu_s: float | None
+    mount_lines: list[str]
+    devices: list[str]
+
+
+GUEST = Fact(
+    "guest",
+    "after",
+    "the vm layer's guest: accelerator, CPUs, memory, kernel, boot time, its mounts and "
+    "devices, where each counter came from",
+    GuestFigures,
 )
+declare(GUEST)
 
 QEMU = "qemu-system-x86_64"
 _PR_SET_PDEATHSIG = 1
@@ -288,7 +308,7 @@ class GuestTrial:
         )
         facts = {
             **answer.result.facts,
-            "guest": {
+            GUEST.key: {
                 "accel": self.spec.accel,
                 "accel_why": self.accel_why,
                 "cpus": self.spec.cpus,

@@ -16,19 +16,30 @@ its own files (no reading on the host sees the guest's page cache) plus the host
 disk image. A kernel without cachestat leaves the verdict to reached. A stack that keeps its
 data in memory (tmpfs) has no device and is not checked."""
 
-from typing import Any
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
 
 from layerbench.core.facts import Fact, declare
 from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import format_size
 
-FACTS = declare(
-    Fact(
-        "durability",
-        "after",
-        "whether the bytes the workload claims durable reached the stack's bottom device",
-    ),
+
+class Durability(TypedDict, total=False):
+    """The durability fact of a run (dirty_bytes: absent in a store of an older layerbench)."""
+
+    claimed_bytes: int
+    reached_bytes: int
+    dirty_bytes: int | None
+    device: str
+    durable: bool
+
+
+DURABILITY = Fact(
+    "durability",
+    "after",
+    "whether the bytes the workload claims durable reached the stack's bottom device",
+    Durability,
 )
+declare(DURABILITY)
 
 SHARE = 0.9
 
@@ -38,7 +49,7 @@ def check(
     devices: list[str],
     per_device: dict[str, dict[str, int]],
     dirty: int | None = None,
-) -> dict[str, Any] | None:
+) -> Durability | None:
     """The run's durability fact, or None when there is nothing to check. dirty: the bytes of
     the trial's files below the stack still dirty after the run (None: not known)."""
     if not claimed or not devices or devices[-1] not in per_device:
@@ -54,28 +65,28 @@ def check(
     }
 
 
-def describe(fact: dict[str, Any]) -> str:
-    claimed = format_size(fact["claimed_bytes"])
+def describe(fact: Durability) -> str:
+    claimed = format_size(fact.get("claimed_bytes", 0))
     dirty = fact.get("dirty_bytes")  # absent in a store of an older layerbench
-    if dirty is not None and dirty > (1 - SHARE) * fact["claimed_bytes"]:
+    if dirty is not None and dirty > (1 - SHARE) * fact.get("claimed_bytes", 0):
         return f"{format_size(dirty)} of {claimed} was still dirty below the stack when the run ended"
-    reached = format_size(fact["reached_bytes"])
-    return f"only {reached} of {claimed} reached {fact['device']} inside the timed run"
+    reached = format_size(fact.get("reached_bytes", 0))
+    return f"only {reached} of {claimed} reached {fact.get('device', '?')} inside the timed run"
 
 
 def warnings(runs: list[RunRecord]) -> list[str]:
     """One line per stack and workload with runs that did not make their data durable."""
-    missed: dict[tuple[str, str], list[RunRecord]] = {}
+    missed: dict[tuple[str, str], list[tuple[RunRecord, Durability]]] = {}
     for run in runs:
-        fact = run.fact("durability")
-        if run.ok and fact and not fact["durable"]:
-            missed.setdefault((run.stack, run.workload), []).append(run)
+        fact = run.fact(DURABILITY)
+        if run.ok and fact and not fact.get("durable", True):
+            missed.setdefault((run.stack, run.workload), []).append((run, fact))
     found = []
     for (stack, workload), group in missed.items():
-        first = group[0].facts["durability"]
+        first, fact = group[0]
         found.append(
-            f"not durable: {stack}/{workload}: {len(group)} run(s) where {describe(first)} (rep "
-            f"{group[0].rep + 1}); a layer of the stack does not pass the workload's sync down, "
+            f"not durable: {stack}/{workload}: {len(group)} run(s) where {describe(fact)} (rep "
+            f"{first.rep + 1}); a layer of the stack does not pass the workload's sync down, "
             f"so the time left out the write-back"
         )
     return found

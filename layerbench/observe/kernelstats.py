@@ -19,19 +19,22 @@ from typing import Any
 from layerbench.core.facts import Fact, declare
 from layerbench.observe.observer import Capture
 
-FACTS = declare(
-    Fact("mem_free_kib_before_run", "before", "free memory (KiB) right before the run"),
-    Fact(
-        "memory_reported_kib_before_run",
-        "before",
-        "free memory (KiB) handed back to the hypervisor since the last run ended (free page reporting)",
-    ),
-    Fact(
-        "memory_reported_kib_during_run",
-        "during",
-        "free memory (KiB) handed back to the hypervisor during the run",
-    ),
+MEM_FREE_KIB_BEFORE_RUN = Fact(
+    "mem_free_kib_before_run", "before", "free memory (KiB) right before the run", int
 )
+MEMORY_REPORTED_KIB_BEFORE_RUN = Fact(
+    "memory_reported_kib_before_run",
+    "before",
+    "free memory (KiB) handed back to the hypervisor since the last run ended (free page reporting)",
+    int,
+)
+MEMORY_REPORTED_KIB_DURING_RUN = Fact(
+    "memory_reported_kib_during_run",
+    "during",
+    "free memory (KiB) handed back to the hypervisor during the run",
+    int,
+)
+declare(MEM_FREE_KIB_BEFORE_RUN, MEMORY_REPORTED_KIB_BEFORE_RUN, MEMORY_REPORTED_KIB_DURING_RUN)
 
 PSI_RESOURCES = ("io", "cpu", "memory")
 VMSTAT_KEYS = (
@@ -238,9 +241,9 @@ class _MemoryAround:
 
     def facts(self) -> dict[str, Any]:
         found = {
-            "mem_free_kib_before_run": self.free_before,
-            "memory_reported_kib_before_run": self.reported_since_last,
-            "memory_reported_kib_during_run": self.reported_during,
+            MEM_FREE_KIB_BEFORE_RUN.key: self.free_before,
+            MEMORY_REPORTED_KIB_BEFORE_RUN.key: self.reported_since_last,
+            MEMORY_REPORTED_KIB_DURING_RUN.key: self.reported_during,
         }
         return {key: value for key, value in found.items() if value is not None}
 

@@ -15,25 +15,42 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
+
 from layerbench.core.facts import Fact, declare
 from layerbench.core.runs import RunRecord
 from layerbench.linux import cgroups, procfs
 from layerbench.observe import kernelstats, noise, sampling
 
-FACTS = declare(
-    Fact("cpus", "before", "the CPUs the timed run was pinned to"),
-    Fact(
-        "helper_cpu_source",
-        "before",
-        "where the helpers' CPU time was read (their cgroup or their processes)",
-    ),
-    Fact(
-        "kernel",
-        "during",
-        "the kernel's figures over the run: PSI scope, host busy/iowait/steal, vmstat, threads' "
-        "CPU, devices top first",
-    ),
+
+class KernelFigures(TypedDict, total=False):
+    """What the kernel saw over a run that is not a registry metric (the `kernel` fact)."""
+
+    psi_scope: str | None  # "run" (its cgroup) or "system"
+    system_psi_s: dict[str, float]
+    host_busy_pct: float | None
+    host_iowait_pct: float | None
+    host_steal_pct: float | None
+    vmstat: dict[str, int]
+    threads_cpu_s: dict[str, float]  # kernel thread -> CPU seconds, those that moved
+    devices_top_first: list[str]
+
+
+CPUS = Fact("cpus", "before", "the CPUs the timed run was pinned to", list[int])
+HELPER_CPU_SOURCE = Fact(
+    "helper_cpu_source",
+    "before",
+    "where the helpers' CPU time was read (their cgroup or their processes)",
+    str,
 )
+KERNEL = Fact(
+    "kernel",
+    "during",
+    "the kernel's figures over the run: PSI scope, host busy/iowait/steal, vmstat, threads' "
+    "CPU, devices top first",
+    KernelFigures,
+)
+declare(CPUS, HELPER_CPU_SOURCE, KERNEL)
 
 
 def drop_caches() -> None:
@@ -312,9 +329,9 @@ def _counters(
         sampler=sampler.cost.as_dict() if sampler.cost else {},
         facts={
             **quiet,
-            **({"cpus": cpus} if cpus else {}),
-            **({"helper_cpu_source": before.helpers.source} if before.helpers.source else {}),
-            "kernel": _kernel_facts(kernel, devices),
+            **({CPUS.key: cpus} if cpus else {}),
+            **({HELPER_CPU_SOURCE.key: before.helpers.source} if before.helpers.source else {}),
+            KERNEL.key: _kernel_facts(kernel, devices),
         },
     )
 
@@ -336,18 +353,18 @@ def _bottom_disk(
     }
 
 
-def _kernel_facts(kernel: kernelstats.KernelCounters, devices: Sequence[str]) -> dict[str, object]:
+def _kernel_facts(kernel: kernelstats.KernelCounters, devices: Sequence[str]) -> KernelFigures:
     """What the kernel saw that is not a registry metric, for the record and the reports."""
-    return {
-        "psi_scope": kernel.psi_scope,
-        "system_psi_s": {k: round(v, 6) for k, v in kernel.system_psi.items()},
-        "host_busy_pct": kernel.host_busy_pct,
-        "host_iowait_pct": kernel.host_iowait_pct,
-        "host_steal_pct": kernel.host_steal_pct,
-        "vmstat": kernel.vmstat,
-        "threads_cpu_s": kernel.threads,
-        "devices_top_first": list(devices),
-    }
+    return KernelFigures(
+        psi_scope=kernel.psi_scope,
+        system_psi_s={k: round(v, 6) for k, v in kernel.system_psi.items()},
+        host_busy_pct=kernel.host_busy_pct,
+        host_iowait_pct=kernel.host_iowait_pct,
+        host_steal_pct=kernel.host_steal_pct,
+        vmstat=kernel.vmstat,
+        threads_cpu_s=kernel.threads,
+        devices_top_first=list(devices),
+    )
 
 
 def _read_rss(path: str) -> int | None:
@@ -480,6 +497,6 @@ def failed(error: str) -> RunCounters:
 def device_chain(runs: list[RunRecord]) -> list[str] | None:
     """The stack's devices, top first, as its runs recorded them (None before they did)."""
     return next(
-        (chain for r in runs if (chain := r.fact("kernel", {}).get("devices_top_first"))),
+        (chain for r in runs if (chain := (r.fact(KERNEL) or {}).get("devices_top_first"))),
         None,
     )

@@ -17,15 +17,13 @@ from typing import Any
 
 from layerbench import stats
 from layerbench.core.facts import Fact, declare
-from layerbench.core.runs import RunRecord
+from layerbench.core.runs import DISTURBED, RERUN, RunRecord
 
-FACTS = declare(
-    Fact("load_1m", "before", "the one-minute load average as the run started"),
-    Fact("runnable_at_start", "before", "runnable threads as the run started"),
-    Fact("others_cpu_s", "during", "CPU seconds other work took while the run was timed"),
-    Fact("others_cpu_share", "during", "that CPU as a share of all CPUs over the run"),
-    Fact("disturbed", "during", "other work took more than a quarter of the CPUs during the run"),
-)
+LOAD_1M = Fact("load_1m", "before", "the one-minute load average as the run started", float)
+RUNNABLE_AT_START = Fact("runnable_at_start", "before", "runnable threads as the run started", int)
+OTHERS_CPU_S = Fact("others_cpu_s", "during", "CPU seconds other work took while the run was timed", float)
+OTHERS_CPU_SHARE = Fact("others_cpu_share", "during", "that CPU as a share of all CPUs over the run", float)
+declare(LOAD_1M, RUNNABLE_AT_START, OTHERS_CPU_S, OTHERS_CPU_SHARE)
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DISTURBED_SHARE = 0.25  # of all CPUs, averaged over the run
@@ -54,21 +52,21 @@ def judge(before: Snapshot, after: Snapshot, wall_s: float, own_cpu_s: float) ->
     cpus = os.cpu_count() or 1
     share = others / (wall_s * cpus) if wall_s > 0 else 0.0
     return {
-        "load_1m": before.load_1m,
-        "runnable_at_start": before.runnable,
-        "others_cpu_s": round(others, 3),
-        "others_cpu_share": round(share, 3),
-        "disturbed": share > DISTURBED_SHARE and others >= _MIN_CPU_S,
+        LOAD_1M.key: before.load_1m,
+        RUNNABLE_AT_START.key: before.runnable,
+        OTHERS_CPU_S.key: round(others, 3),
+        OTHERS_CPU_SHARE.key: round(share, 3),
+        DISTURBED.key: share > DISTURBED_SHARE and others >= _MIN_CPU_S,
     }
 
 
 def warnings(runs: list[RunRecord]) -> list[str]:
     """One line naming the runs other processes disturbed, for the reports."""
-    hit = [r for r in runs if r.fact("disturbed")]
+    hit = [r for r in runs if r.fact(DISTURBED)]
     if not hit:
         return []
     measured = [r for r in hit if not r.warmup]
-    reruns = [r for r in runs if r.fact("rerun")]
+    reruns = [r for r in runs if r.fact(RERUN)]
     # A repetition stayed disturbed when every run of it was.
     by_rep: dict[tuple[str, str, int], list[bool]] = {}
     for run in runs:
@@ -80,7 +78,7 @@ def warnings(runs: list[RunRecord]) -> list[str]:
     whole = [f"{s}/{w}" for (s, w), group in groups.items() if stats.mostly_disturbed(group)]
     shown = ", ".join(
         f"{r.stack}/{r.workload} rep {r.rep + 1}{' (warm-up)' if r.warmup else ''}"
-        f" {r.facts['others_cpu_share']:.0%}"
+        f" {r.fact(OTHERS_CPU_SHARE) or 0:.0%}"
         for r in hit[:8]
     )
     more = f" and {len(hit) - 8} more" if len(hit) > 8 else ""

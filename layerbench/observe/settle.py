@@ -18,32 +18,38 @@ from layerbench.core.facts import Fact, declare
 from layerbench.linux import mounts
 from layerbench.observe import kernelstats
 
-FACTS = declare(
-    Fact(
-        "settle_waited_s",
-        "before",
-        "seconds from the sync to the end of the quiet window (0 when settling is off)",
-    ),
-    Fact("settle_busy_s", "before", "of the wait, the seconds the devices were still working"),
-    Fact("settle_sync_s", "before", "of the wait, the seconds its sync (writing back what was dirty) took"),
-    Fact(
-        "settle_in_flight",
-        "before",
-        "requests in flight on the devices when the wait began, after the sync",
-    ),
-    Fact("settle_written_bytes", "before", "bytes written to the devices while waiting"),
-    Fact("settle_discarded_bytes", "before", "bytes discarded on the devices while waiting"),
-    Fact("settle_timed_out", "before", "the devices never went quiet within the settle timeout"),
-    Fact(
-        "settle_cut_short",
-        "before",
-        "the wait was cut short: the devices stayed busy through the last trials' waits",
-    ),
-    Fact(
-        "settle_kthread_cpu_s",
-        "before",
-        "kernel threads' CPU seconds from the sync to the end of the wait",
-    ),
+WAITED_S = Fact(
+    "settle_waited_s",
+    "before",
+    "seconds from the sync to the end of the quiet window (0 when settling is off)",
+    float,
+)
+BUSY_S = Fact("settle_busy_s", "before", "of the wait, the seconds the devices were still working", float)
+SYNC_S = Fact(
+    "settle_sync_s", "before", "of the wait, the seconds its sync (writing back what was dirty) took", float
+)
+IN_FLIGHT = Fact(
+    "settle_in_flight", "before", "requests in flight on the devices when the wait began, after the sync", int
+)
+WRITTEN_BYTES = Fact("settle_written_bytes", "before", "bytes written to the devices while waiting", int)
+DISCARDED_BYTES = Fact(
+    "settle_discarded_bytes", "before", "bytes discarded on the devices while waiting", int
+)
+TIMED_OUT = Fact("settle_timed_out", "before", "the devices never went quiet within the settle timeout", bool)
+CUT_SHORT = Fact(
+    "settle_cut_short",
+    "before",
+    "the wait was cut short: the devices stayed busy through the last trials' waits",
+    bool,
+)
+KTHREAD_CPU_S = Fact(
+    "settle_kthread_cpu_s",
+    "before",
+    "kernel threads' CPU seconds from the sync to the end of the wait",
+    float,
+)
+declare(
+    WAITED_S, BUSY_S, SYNC_S, IN_FLIGHT, WRITTEN_BYTES, DISCARDED_BYTES, TIMED_OUT, CUT_SHORT, KTHREAD_CPU_S
 )
 
 _SECTOR = 512

@@ -30,14 +30,16 @@ from layerbench.linux import namespace, system
 from layerbench.observe import measure
 from layerbench.scratch import Scratch
 
-FACTS = declare(
-    Fact(
-        "trace_block",
-        "during",
-        "per device, the block requests' latency histogram ([low µs, high µs, count])",
-    ),
-    Fact("trace_block_missing", "during", "why a block trace that was asked for is missing"),
+TRACE_BLOCK = Fact(
+    "trace_block",
+    "during",
+    "per device, the block requests' latency histogram ([low µs, high µs, count])",
+    dict[str, list[tuple[int, int, int]]],
 )
+TRACE_BLOCK_MISSING = Fact(
+    "trace_block_missing", "during", "why a block trace that was asked for is missing", str
+)
+declare(TRACE_BLOCK, TRACE_BLOCK_MISSING)
 
 PROGRAM_ENV = "LAYERBENCH_BPFTRACE"  # the bpftrace to run (tests point it at a missing one)
 TRACEFS = Path("/sys/kernel/tracing")
@@ -104,9 +106,11 @@ class Trace:
 
     def facts(self) -> dict[str, Any]:
         if self.missing:
-            return {"trace_block_missing": self.missing}
+            return {TRACE_BLOCK_MISSING.key: self.missing}
         return {
-            "trace_block": {device: [list(b) for b in buckets] for device, buckets in self.histograms.items()}
+            TRACE_BLOCK.key: {
+                device: [list(b) for b in buckets] for device, buckets in self.histograms.items()
+            }
         }
 
 
@@ -218,7 +222,7 @@ def warnings(runs: list[RunRecord]) -> list[str]:
     """One line per workload whose trace was asked for and not recorded, with why."""
     said: dict[str, str] = {}
     for run in runs:
-        reason = run.fact("trace_block_missing")
+        reason = run.fact(TRACE_BLOCK_MISSING)
         if reason and run.workload not in said:
             said[run.workload] = reason
     return [
@@ -234,12 +238,12 @@ def stack_lines(
     over all the stack's measured runs."""
     lines = {}
     for stack in stacks:
-        runs = [r for r in groups.get((stack, workload), []) if r.fact("trace_block")]
-        chain = measure.device_chain(runs) or []
+        traced = [(r, trace) for r in groups.get((stack, workload), []) if (trace := r.fact(TRACE_BLOCK))]
+        chain = measure.device_chain([r for r, _ in traced]) or []
         for device in chain:
             merged: dict[tuple[int, int], int] = {}
-            for run in runs:
-                for low, high, count in run.facts["trace_block"].get(device, []):
+            for _, trace in traced:
+                for low, high, count in trace.get(device, []):
                     merged[(low, high)] = merged.get((low, high), 0) + count
             if merged:
                 buckets = sorted((low, high, count) for (low, high), count in merged.items())

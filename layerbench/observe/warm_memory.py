@@ -28,13 +28,13 @@ from layerbench.core.facts import Fact, declare
 from layerbench.linux import procfs
 from layerbench.observe import kernelstats
 
-FACTS = declare(
-    Fact(
-        "warm_memory_bytes",
-        "before",
-        "memory held written from the trial's start until right before the run",
-    ),
+WARM_MEMORY_BYTES = Fact(
+    "warm_memory_bytes",
+    "before",
+    "memory held written from the trial's start until right before the run",
+    int,
 )
+declare(WARM_MEMORY_BYTES)
 
 # Slack over the run's own data: directories, inodes, the child's own pages.
 _SLACK = 1.1
@@ -67,7 +67,7 @@ class Held:
             self._mapping = None
 
     def facts(self) -> dict[str, int]:
-        return {"warm_memory_bytes": self.nbytes}
+        return {WARM_MEMORY_BYTES.key: self.nbytes}
 
 
 def _touch(mapping: mmap.mmap, nbytes: int) -> None:

@@ -31,6 +31,7 @@ from layerbench.reports.base import (
     workload_kind,
 )
 from layerbench.reports.document import Cell, Document, Figure, Lines, Section, Table
+from layerbench.store.records import SAMPLER
 
 CSH_FIELDS = (
     "csh time fields, of one run: user, system, elapsed, CPU % = (user + system) / elapsed, "
@@ -487,7 +488,7 @@ def _test(data: ReportData) -> Section:
 
 
 def sampler_note(data: ReportData) -> str:
-    costs = [r.fact("sampler") for r in data.runs if r.fact("sampler")]
+    costs = [cost for r in data.runs if (cost := r.fact(SAMPLER))]
     if not costs:
         return "No time series were recorded for this experiment."
     cpu = sum(c["cpu_s"] for c in costs)

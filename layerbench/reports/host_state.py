@@ -8,6 +8,7 @@ import numpy as np
 from layerbench.analysis import drift
 from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import format_size
+from layerbench.executors import local
 from layerbench.observe import sentinel, settle
 from layerbench.store import ExperimentRecord
 
@@ -16,20 +17,20 @@ def settle_rows(runs: list[RunRecord]) -> list[list[str]]:
     """One row per trial: how long it waited for quiet devices before its timed run."""
     rows = []
     for run in runs:
-        facts = run.facts
-        if "settle_waited_s" not in facts:
+        waited = run.fact(settle.WAITED_S)
+        if waited is None:
             continue
         rows.append(
             [
                 str(run.trial),
                 run.stack,
                 run.workload,
-                f"{facts['settle_waited_s']:.3f}",
-                f"{facts.get('settle_busy_s', 0):.3f}",
-                str(facts.get("settle_in_flight", 0)),
-                format_size(facts.get("settle_written_bytes", 0)),
-                format_size(facts.get("settle_discarded_bytes", 0)),
-                "yes" if facts.get("settle_timed_out") else "",
+                f"{waited:.3f}",
+                f"{run.fact(settle.BUSY_S) or 0:.3f}",
+                str(run.fact(settle.IN_FLIGHT) or 0),
+                format_size(run.fact(settle.WRITTEN_BYTES) or 0),
+                format_size(run.fact(settle.DISCARDED_BYTES) or 0),
+                "yes" if run.fact(settle.TIMED_OUT) else "",
             ]
         )
     return rows
@@ -49,16 +50,17 @@ SETTLE_HEADER = [
 
 
 def settle_line(runs: list[RunRecord]) -> str | None:
-    waits = [r.facts["settle_waited_s"] for r in runs if "settle_waited_s" in r.facts]
-    if not waits:
+    waited = [(wait, r) for r in runs if (wait := r.fact(settle.WAITED_S)) is not None]
+    if not waited:
         return None
-    slowest = max(runs, key=lambda r: r.fact("settle_waited_s", -1))
-    timed_out = sum(bool(r.fact("settle_timed_out")) for r in runs)
+    waits = [wait for wait, _ in waited]
+    slowest = max(waited, key=lambda pair: pair[0])[1]
+    timed_out = sum(bool(r.fact(settle.TIMED_OUT)) for r in runs)
     line = (
         f"settle before each timed run: median {float(np.median(waits)):.2f} s, longest "
         f"{max(waits):.2f} s (trial {slowest.trial}, {slowest.stack} × {slowest.workload})"
     )
-    cut = sum(bool(r.fact("settle_cut_short")) for r in runs)
+    cut = sum(bool(r.fact(settle.CUT_SHORT)) for r in runs)
     line += f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else ""
     if cut:
         line += (
@@ -90,11 +92,11 @@ def sentinel_line(experiment: ExperimentRecord, samples: list[sentinel.Sample]) 
 
 
 _PHASES = {
-    "build": "building the stack",
-    "prepare": "preparing the workload",
-    "warm_memory": "holding memory warm for the run",
-    "around_run": "around the run (caches, settling, counters)",
-    "teardown": "tearing down",
+    local.PHASE_BUILD_S: "building the stack",
+    local.PHASE_PREPARE_S: "preparing the workload",
+    local.PHASE_WARM_MEMORY_S: "holding memory warm for the run",
+    local.PHASE_AROUND_RUN_S: "around the run (caches, settling, counters)",
+    local.PHASE_TEARDOWN_S: "tearing down",
 }
 
 
@@ -110,8 +112,8 @@ def time_share_line(experiment: ExperimentRecord, runs: list[RunRecord]) -> str 
     line = f"time in timed runs: {in_runs:.0f} s of {total:.0f} s ({100 * in_runs / total:.0f} %); "
     line += f"the rest is {untimed:.2f} s per trial"
     means = {}
-    for name, words in _PHASES.items():
-        if values := [float(r.facts[f"phase_{name}_s"]) for r in runs if f"phase_{name}_s" in r.facts]:
+    for phase, words in _PHASES.items():
+        if values := [seconds for r in runs if (seconds := r.fact(phase)) is not None]:
             means[words] = sum(values) / len(values)
     if not means:
         return line + " of building, preparing, settling and tearing down"

@@ -15,7 +15,7 @@ from layerbench.stats import sequential
 
 def _facts(facts: Mapping[str, object]) -> dict[str, object]:
     """The experiment's facts but its stored rows: "summary" has them, as this report drew them."""
-    return {key: value for key, value in facts.items() if key != sequential.ROWS_FACT}
+    return {key: value for key, value in facts.items() if key != sequential.ROWS.key}
 
 
 # 2: every run carries `samples`, its time series (see docs/counters.md).

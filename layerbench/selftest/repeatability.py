@@ -16,6 +16,7 @@ from layerbench.analysis.compare import compare, load_side
 from layerbench.core.runs import RunRecord
 from layerbench.executors.base import Setting
 from layerbench.experiment import Experiment
+from layerbench.observe import settle
 from layerbench.plan import parse_plan
 from layerbench.plan.schedule import Trial
 from layerbench.reports import base as report_data
@@ -101,9 +102,9 @@ def _median_waits(runs: list[RunRecord]) -> str:
     said = []
     for stack in ("after-deletion", "after-idle"):
         waits = [
-            r.facts["settle_waited_s"]
+            wait
             for r in runs
-            if r.stack == stack and r.workload == "probe" and "settle_waited_s" in r.facts
+            if r.stack == stack and r.workload == "probe" and (wait := r.fact(settle.WAITED_S)) is not None
         ]
         if waits:
             said.append(f"{stack} median {sorted(waits)[len(waits) // 2]:.2f} s, longest {max(waits):.2f} s")

@@ -75,7 +75,9 @@ def simulate(rng: np.random.Generator, noise: Noise, effects: dict[tuple[str, st
     while wanted := sequential.look(runs, state, context, elapsed_s=0.0, trial_seconds={}):
         for stack, workload, rep in wanted:
             add(stack, workload, rep)
-    rows = sequential.summaries(runs, {sequential.FACT: state.as_fact()}, BASELINE, stacks, workloads, design)
+    rows = sequential.summaries(
+        runs, {sequential.STATE.key: state.as_fact()}, BASELINE, stacks, workloads, design
+    )
     headline = [r for r in rows if r.metric == sequential.METRIC and r.stack != BASELINE]
     return Outcome(headline, len(state.looks), 1 + max(r.rep for r in runs))
 

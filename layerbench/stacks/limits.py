@@ -21,15 +21,15 @@ from layerbench.core.sizes import SizeText, format_size, parse_size
 from layerbench.linux import cgroups
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, register
 
-FACTS = declare(
-    Fact("limits_cpus", "before", "how many CPUs the limits layer gave the run"),
-    Fact("limits_memory_bytes", "before", "the limits layer's memory limit"),
-    Fact(
-        "limits_memory_peak_bytes",
-        "during",
-        "the run's memory peak in the limits layer's group (its page cache included)",
-    ),
+LIMITS_CPUS = Fact("limits_cpus", "before", "how many CPUs the limits layer gave the run", int)
+LIMITS_MEMORY_BYTES = Fact("limits_memory_bytes", "before", "the limits layer's memory limit", int)
+LIMITS_MEMORY_PEAK_BYTES = Fact(
+    "limits_memory_peak_bytes",
+    "during",
+    "the run's memory peak in the limits layer's group (its page cache included)",
+    int,
 )
+declare(LIMITS_CPUS, LIMITS_MEMORY_BYTES, LIMITS_MEMORY_PEAK_BYTES)
 
 _SMALLEST_MEMORY = 64 * 2**20  # below this the workload's own tools do not start
 
@@ -137,14 +137,14 @@ class LimitsLayer(Layer[LimitsOptions]):
                 group = groups.enter_context(ctx.scratch.cgroup(hierarchy, f"{label}-cpuset"))
                 lines.append(_set_cpus(hierarchy, group, options.chosen_cpus()))
                 procs.append(group / "cgroup.procs")
-                facts["limits_cpus"] = len(options.chosen_cpus())
+                facts[LIMITS_CPUS.key] = len(options.chosen_cpus())
             if options.memory:
                 hierarchy = _controller("memory")
                 assert hierarchy is not None
                 group = groups.enter_context(ctx.scratch.cgroup(hierarchy, f"{label}-memory"))
                 lines.append(_set_memory(hierarchy, group, parse_size(options.memory)))
                 procs.append(group / "cgroup.procs")
-                facts["limits_memory_bytes"] = parse_size(options.memory)
+                facts[LIMITS_MEMORY_BYTES.key] = parse_size(options.memory)
                 peak = group / ("memory.peak" if hierarchy.version == 2 else "memory.max_usage_in_bytes")
             else:
                 peak = None
@@ -155,7 +155,7 @@ class LimitsLayer(Layer[LimitsOptions]):
                 found = dict(facts)
                 if peak is not None:
                     with contextlib.suppress(OSError, ValueError):
-                        found["limits_memory_peak_bytes"] = int(peak.read_text())
+                        found[LIMITS_MEMORY_PEAK_BYTES.key] = int(peak.read_text())
                 return found
 
             yield Exposed(path=below.path, mount_lines=lines, cgroup_procs=procs, run_facts=[run_facts])

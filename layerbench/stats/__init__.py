@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from layerbench.core import metrics
-from layerbench.core.runs import RunRecord, known
+from layerbench.core.runs import DISTURBED, RunRecord, known
 from layerbench.stats import family, intervals, methods
 
 ALPHA = 0.05
@@ -127,7 +127,7 @@ def measured(runs: list[RunRecord], *, disturbed: bool = False) -> dict[tuple[st
 
 
 def is_disturbed(run: RunRecord) -> bool:
-    return bool(run.fact("disturbed"))
+    return bool(run.fact(DISTURBED))
 
 
 def mostly_disturbed(group: list[RunRecord]) -> bool:

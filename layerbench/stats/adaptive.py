@@ -13,13 +13,14 @@ that rate for this rule by simulation and prints it.
 """
 
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
 
 from layerbench import stats
+from layerbench.core.facts import JSON, Fact
 from layerbench.core.runs import RunRecord
-
-FACT = "adaptive_reps"
 
 
 @dataclass
@@ -33,6 +34,21 @@ class Width:
     def converged(self, target: float) -> bool:
         decided = self.decision in (*stats.SIGNIFICANT, "equivalent")
         return decided or (self.half_width is not None and self.half_width < target)
+
+
+class State(TypedDict):
+    """Where an auto experiment's repetitions stand (the experiment's `adaptive_reps` fact)."""
+
+    target_ci: float
+    max_reps: int
+    reps_used: dict[str, int]  # per workload
+    converged: bool
+    not_converged: list[Width]
+    widths: list[Width]
+
+
+# An experiment's fact, not a run's: stored with the experiment (Store.set_experiment_fact).
+STATE = Fact("adaptive_reps", "after", "where the adaptive repetitions stand", State)
 
 
 def ratio_widths(
@@ -65,21 +81,21 @@ def next_round(
     max_reps: int,
     seed: int,
     design: stats.Design | None = None,
-) -> tuple[list[tuple[str, str, int]], dict[str, Any]]:
+) -> tuple[list[tuple[str, str, int]], State]:
     """The (stack, workload, rep) of the next round (empty when done) and the state so far."""
     widths = ratio_widths(runs, baseline, stacks, workloads, design=design)
     measured = [r for r in runs if not r.warmup]
     reps_done = {w: 1 + max((r.rep for r in measured if r.workload == w), default=-1) for w in workloads}
     open_pairs = {(x.stack, x.workload) for x in widths if not x.converged(target)}
     open_workloads = [w for w in workloads if any(pair[1] == w for pair in open_pairs)]
-    state = {
-        "target_ci": target,
-        "max_reps": max_reps,
-        "reps_used": reps_done,
-        "converged": not open_workloads,
-        "not_converged": [asdict(x) for x in widths if not x.converged(target)],
-        "widths": [asdict(x) for x in widths],
-    }
+    state = State(
+        target_ci=target,
+        max_reps=max_reps,
+        reps_used=reps_done,
+        converged=not open_workloads,
+        not_converged=[x for x in widths if not x.converged(target)],
+        widths=widths,
+    )
     rng = random.Random(seed + sum(reps_done.values()))
     trials = []
     for workload in open_workloads:
@@ -91,9 +107,17 @@ def next_round(
     return trials, state
 
 
-def notes(facts: dict[str, Any]) -> list[str]:
+def as_fact(state: State) -> dict[str, object]:
+    return {
+        **state,
+        "not_converged": [asdict(x) for x in state["not_converged"]],
+        "widths": [asdict(x) for x in state["widths"]],
+    }
+
+
+def notes(facts: Mapping[str, JSON]) -> list[str]:
     """What the reports say about the repetitions an auto experiment used."""
-    state = facts.get(FACT)
+    state = STATE.read(facts)
     if not state:
         return []
     used = ", ".join(f"{w} {n}" for w, n in state["reps_used"].items())
@@ -103,9 +127,9 @@ def notes(facts: dict[str, Any]) -> list[str]:
             f"(or its interval within +-{state['target_ci']:.1%})"
         ]
     wide = ", ".join(
-        f"{x['stack']}/{x['workload']} (+-{x['half_width']:.1%})"
-        if x["half_width"] is not None
-        else f"{x['stack']}/{x['workload']} (no CI)"
+        f"{x.stack}/{x.workload} (+-{x.half_width:.1%})"
+        if x.half_width is not None
+        else f"{x.stack}/{x.workload} (no CI)"
         for x in state["not_converged"]
     )
     return [

@@ -28,12 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from layerbench import stats
+from layerbench.core.facts import JSON, Fact
 from layerbench.core.runs import RunRecord
 
-FACT = "sequential"
-# The elapsed-time rows as the experiment's report states them, stored once it is done, so
-# that what reads many experiments (a plan's trend) reads a row each, not all their runs.
-ROWS_FACT = "elapsed_rows"
 STORED_ROWS_MIN_RUNS = 40
 LOOKS = stats.LOOKS  # the planned maximum of looks: alpha is split among them
 GROWTH = 1.5  # each look asks for about half as many repetitions again
@@ -68,10 +65,12 @@ class State:
     def as_fact(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def of_fact(cls, fact: dict[str, Any]) -> "State":
-        looks = [Look(**{**look, "closed": [tuple(p) for p in look["closed"]]}) for look in fact["looks"]]
-        return cls(fact["alpha"], fact["looks_planned"], fact["budget_s"], looks, fact.get("stopped"))
+
+# The experiment's facts (not a run's: stored with the experiment, Store.set_experiment_fact).
+STATE = Fact("sequential", "after", "the time budget's looks and why its rounds stopped", State)
+# The elapsed-time rows as the experiment's report states them, stored once it is done, so
+# that what reads many experiments (a plan's trend) reads a row each, not all their runs.
+ROWS = Fact("elapsed_rows", "after", "the elapsed-time rows as the report states them", list[stats.Summary])
 
 
 def _family(
@@ -181,7 +180,7 @@ def _rounds(
 
 def summaries(
     runs: list[RunRecord],
-    facts: dict[str, Any],
+    facts: Mapping[str, JSON],
     baseline: str,
     stacks: list[str],
     workloads: list[str],
@@ -193,9 +192,9 @@ def summaries(
     that decided it, from the runs that look saw and at its level, or, still open, at the last
     look."""
     rows = stats.summaries(runs, baseline, stacks, workloads, names, design=design)
-    if FACT not in facts or not facts[FACT]["looks"]:
+    state = STATE.read(facts)
+    if state is None or not state.looks:
         return rows
-    state = State.of_fact(facts[FACT])
     decided: dict[tuple[str, str], stats.Summary] = {}
     spent: dict[tuple[str, str], float] = {}  # each comparison's miss chance, summed over its looks
     for number, taken in enumerate(state.looks, start=1):
@@ -221,11 +220,11 @@ def summaries(
     ]
 
 
-def notes(facts: dict[str, Any]) -> list[str]:
+def notes(facts: Mapping[str, JSON]) -> list[str]:
     """What the reports say about the looks: how many, at which level, and why they stopped."""
-    if FACT not in facts or not facts[FACT]["looks"]:
+    state = STATE.read(facts)
+    if state is None or not state.looks:
         return []
-    state = State.of_fact(facts[FACT])
     budget = f"budget {state.budget_s:.0f} s; " if state.budget_s is not None else ""
     per_look = "; ".join(
         f"look {look.number} at {', '.join(f'{w} {n}' for w, n in look.reps.items())} repetitions"
@@ -256,7 +255,7 @@ class StoredExperiment(Protocol):
     @property
     def baseline(self) -> str: ...
     @property
-    def facts(self) -> dict[str, Any]: ...
+    def facts(self) -> Mapping[str, JSON]: ...
 
 
 def elapsed_rows(experiment: StoredExperiment, runs: list[RunRecord]) -> list[stats.Summary]:
@@ -274,12 +273,8 @@ def elapsed_rows(experiment: StoredExperiment, runs: list[RunRecord]) -> list[st
     )
 
 
-def stored_rows(fact: list[dict[str, Any]]) -> list[stats.Summary]:
-    return [stats.Summary(**row) for row in fact]
-
-
 def experiment_rows(experiment: StoredExperiment, runs: Callable[[], list[RunRecord]]) -> list[stats.Summary]:
     """The rows the experiment stored when it ended, or, stored before they were (or not
     ended), computed from its runs."""
-    fact = experiment.facts.get(ROWS_FACT)
-    return stored_rows(fact) if fact is not None else elapsed_rows(experiment, runs())
+    rows = ROWS.read(experiment.facts)
+    return rows if rows is not None else elapsed_rows(experiment, runs())

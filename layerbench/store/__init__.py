@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select
@@ -39,6 +39,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 
 from layerbench.core import metrics
 from layerbench.core.errors import UserError
+from layerbench.core.facts import Fact
 from layerbench.core.facts import check as check_facts
 from layerbench.core.runs import RunRecord
 from layerbench.observe.sentinel import Sample
@@ -83,6 +84,11 @@ __all__ = [
 ]
 
 _SCHEMES = ("sqlite", "postgresql")
+
+T = TypeVar("T")
+# A row as the database driver gives it (its values typed only by the columns): made into a
+# typed record (RunRecord, ExperimentRecord ...) before it leaves the store.
+Row = dict[str, Any]
 
 
 def now() -> str:
@@ -215,7 +221,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(original).strip().splitlines() or [type(original).__name__])[0]
 
 
-def _run_record(record: dict[str, Any]) -> RunRecord:
+def _run_record(record: Row) -> RunRecord:
     """A row of the runs table as every reader reads it (a counter registered since the store
     was written reads None)."""
     record["devices"] = json.loads(record.pop("devices_json"))
@@ -379,7 +385,7 @@ class Store:
             return schema.runs()
         return runs_with(self._metric_columns)
 
-    def _read(self, statement: Any) -> list[dict[str, Any]]:
+    def _read(self, statement: Any) -> list[Row]:
         with self._connection(transaction=False) as connection:
             return [dict(row._mapping) for row in connection.execute(statement)]
 
@@ -652,17 +658,18 @@ class Store:
             series.setdefault(record["run_id"], []).append(_sample_record(record))
         return series
 
-    def fact_of_each(self, key: str, experiment_ids: list[int]) -> dict[int, Any]:
+    def fact_of_each(self, fact: Fact[T], experiment_ids: list[int]) -> dict[int, T]:
         """One fact of many experiments at once: experiment id -> its value, for those that
         have it."""
-        found: dict[int, Any] = {}
+        found: dict[int, T] = {}
         for start in range(0, len(experiment_ids), 500):  # a bounded IN list for either back end
             chunk = experiment_ids[start : start + 500]
             statement = select(facts_table.c.experiment_id, facts_table.c.value_json).where(
-                (facts_table.c.key == key) & facts_table.c.experiment_id.in_(chunk)
+                (facts_table.c.key == fact.key) & facts_table.c.experiment_id.in_(chunk)
             )
             for row in self._read(statement):
-                found[int(row["experiment_id"])] = json.loads(row["value_json"])
+                if (value := fact.read({fact.key: json.loads(row["value_json"])})) is not None:
+                    found[int(row["experiment_id"])] = value
         return found
 
     def history(

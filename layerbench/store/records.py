@@ -3,43 +3,38 @@ work it did, its facts) and the StackRecord of the stack it ran on. Executors ma
 the store writes them. And what the store hands back of an experiment: its
 ExperimentRecord."""
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from layerbench import stats
-from layerbench.core.facts import Fact, declare
+from layerbench.core.facts import JSON, Fact, declare
+from layerbench.core.runs import DISTURBED, RERUN
 from layerbench.observe.measure import RunCounters
 from layerbench.plan.expansion import Increment, SweepPoint
 from layerbench.plan.schedule import Trial
 
-FACTS = declare(
-    Fact("sampler", "during", "the time-series sampler's own cost over the run"),
-    Fact("rerun", "before", "this trial reran a disturbed one (which, and why)"),
-)
+SAMPLER = Fact("sampler", "during", "the time-series sampler's own cost over the run", dict[str, float])
+declare(SAMPLER)
 
 
 @dataclass(frozen=True)
 class StackRecord:
     """What a stack was when built: for the reports' Config block."""
 
-    layers: list[str]
-    mount_lines: list[str]
-    devices: list[str]
-    top: str
+    # A key a store of an older layerbench lacks reads empty.
+    layers: list[str] = field(default_factory=list)
+    mount_lines: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    top: str = ""
     world: str | None = None
 
     @classmethod
-    def stored(cls, info: dict[str, Any]) -> "StackRecord":
-        """As the experiments table keeps it (a store of an older layerbench may lack a key)."""
-        return cls(
-            layers=list(info.get("layers", [])),
-            mount_lines=list(info.get("mount_lines", [])),
-            devices=list(info.get("devices", [])),
-            top=str(info.get("top", "")),
-            world=info.get("world"),
-        )
+    def stored(cls, info: JSON) -> "StackRecord":
+        """As the experiments table keeps it, checked."""
+        return _STORED_STACK.validate_python(info)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +44,9 @@ class StackRecord:
             "top": self.top,
             "world": self.world,
         }
+
+
+_STORED_STACK = TypeAdapter(StackRecord)
 
 
 @dataclass
@@ -72,7 +70,7 @@ class TrialResult:
     @property
     def disturbed(self) -> bool:
         """Other work used the CPU while the run was timed (the noise facts of the run)."""
-        return bool(self.counters.facts.get("disturbed") or self.facts.get("disturbed"))
+        return bool(DISTURBED.read(self.counters.facts) or DISTURBED.read(self.facts))
 
     def row(self) -> dict[str, Any]:
         """The runs-table row: the trial, the counters, the work."""
@@ -100,9 +98,9 @@ class TrialResult:
         """The facts stored with the run: the workload's, the noise's, the sampler's cost."""
         facts = {**self.facts, **self.counters.facts}
         if self.counters.sampler:
-            facts["sampler"] = self.counters.sampler
+            facts[SAMPLER.key] = self.counters.sampler
         if self.trial.rerun:
-            facts["rerun"] = self.trial.rerun
+            facts[RERUN.key] = self.trial.rerun
         return facts
 
 
@@ -136,8 +134,8 @@ class StoredPlan(BaseModel):
     alpha: float = stats.ALPHA
     correction: str = stats.CORRECTION
     equivalence: float = stats.EQUIVALENCE
-    stacks: dict[str, Any] = {}  # name -> its layers' options, bottom first
-    workloads: dict[str, dict[str, Any]] = {}  # name -> its options, "kind" among them
+    stacks: dict[str, list[dict[str, JSON]]] = {}  # name -> its layers' options, bottom first
+    workloads: dict[str, dict[str, JSON]] = {}  # name -> its options, "kind" among them
     run_options: RunOptions = RunOptions()
     sweeps: dict[str, SweepPoint] = {}  # an expanded stack -> the sweep it is a point of
     increments: dict[str, Increment] = {}  # stack -> the stack it adds one layer to
@@ -179,7 +177,7 @@ class HostRecord(BaseModel):
     distribution: str | None = None
     virtualization: str | None = None
     scratch_root: str | None = None
-    scratch_fs: dict[str, Any] = {}  # observe.fsstate.describe(): the file system's state
+    scratch_fs: dict[str, JSON] = {}  # observe.fsstate.describe(): the file system's state
     disks: list[DiskRecord] = []
     python: str | None = None
     layerbench: str | None = None
@@ -214,7 +212,7 @@ class ExperimentRecord:
     host_name: str | None = None
     owner: str | None = None
     status_reason: str | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, JSON] = field(default_factory=dict)  # the experiment's own (stats.sequential ...)
 
     def header(self, *keys: str) -> dict[str, object]:
         """Some of its fields by name, for an export's header."""

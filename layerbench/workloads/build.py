@@ -20,10 +20,9 @@ from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("sources", "before", "the source tarballs the build used"),
-    Fact("script", "before", "the build script that ran"),
-)
+SOURCES = Fact("sources", "before", "the source tarballs the build used", dict[str, str])
+SCRIPT = Fact("script", "before", "the build script that ran", str)
+declare(SOURCES, SCRIPT)
 
 
 class Project(BaseModel):
@@ -192,7 +191,7 @@ class Build(Workload[BuildOptions]):
             cwd=jail.root,
             drop_caches=options.caches == "cold",
             facts={
-                "sources": {name: path.name for name, path in self.tarballs.items()},
-                "script": self.script(),
+                SOURCES.key: {name: path.name for name, path in self.tarballs.items()},
+                SCRIPT.key: self.script(),
             },
         )

@@ -7,9 +7,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
 
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
@@ -19,10 +20,31 @@ from layerbench.scratch.resources import unmount_all_under
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("churn", "during", "the churn's cycles, failures, mounts left and kernel messages"),
-    Fact("churned_layer", "before", "the layer the churn mounted and unmounted"),
-)
+
+class KernelLog(TypedDict):
+    checked: bool
+    new_lines: int
+    alarms: int
+    lines: list[str]
+
+
+class ChurnResult(TypedDict):
+    """What the churn child reports (workloads/_churn_child.py): the `churn` fact."""
+
+    cycles: int
+    cycles_per_s: float
+    mount_s: dict[str, float | None]  # p50, p90, p99, max (None: no cycle)
+    unmount_s: dict[str, float | None]
+    failures: int
+    errors: list[str]
+    leaked_mounts: int
+    leaked_loops: int
+    kernel_log: KernelLog
+
+
+CHURN = Fact("churn", "during", "the churn's cycles, failures, mounts left and kernel messages", ChurnResult)
+CHURNED_LAYER = Fact("churned_layer", "before", "the layer the churn mounted and unmounted", str)
+declare(CHURN, CHURNED_LAYER)
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -81,7 +103,7 @@ class Churn(Workload[ChurnOptions]):
                 return
             result = json.loads(result_path.read_text())
             prepared.units = result["cycles"]
-            prepared.facts["churn"] = result
+            prepared.facts[CHURN.key] = result
 
         return Prepared(
             argv=[sys.executable, "-m", "layerbench.workloads._churn_child", str(spec_path)],
@@ -89,7 +111,7 @@ class Churn(Workload[ChurnOptions]):
             env={"PYTHONPATH": str(_PACKAGE_ROOT)},
             units=None,
             unit="cycles",
-            facts={"churned_layer": top.describe()},
+            facts={CHURNED_LAYER.key: top.describe()},
             after_run=collect,
         )
 
@@ -109,18 +131,18 @@ class Churn(Workload[ChurnOptions]):
         ]
         rows = []
         for stack, group in runs.items():
-            results = [r.facts["churn"] for r in group if "churn" in r.facts]
+            results = [churn for r in group if (churn := r.fact(CHURN))]
             if not results:
                 rows.append([stack, "0", "-", "-", "-", "-", "-", "-"])
                 continue
 
-            def median(key: str, part: str, results: list[dict[str, Any]] = results) -> float:
-                return float(
-                    np.median([r[key][part] for r in results if r[key].get(part) is not None] or [0])
-                )
+            def lat(key: Literal["mount_s", "unmount_s"], results: list[ChurnResult] = results) -> str:
+                def median(part: str) -> float:
+                    return float(
+                        np.median([v for r in results if (v := r[key].get(part)) is not None] or [0])
+                    )
 
-            def lat(key: str) -> str:
-                return "/".join(f"{median(key, p) * 1000:.1f}" for p in ("p50", "p90", "p99")) + " ms"
+                return "/".join(f"{median(part) * 1000:.1f}" for part in ("p50", "p90", "p99")) + " ms"
 
             checked = all(r["kernel_log"]["checked"] for r in results)
             alarms = sum(r["kernel_log"]["alarms"] for r in results)
@@ -140,10 +162,10 @@ class Churn(Workload[ChurnOptions]):
 
     @classmethod
     def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
-        notes = []
+        notes: list[str] = []
         for stack, group in runs.items():
             for run in group:
-                churn = run.fact("churn")
+                churn = run.fact(CHURN)
                 if not churn:
                     continue
                 notes += [f"churn {stack}: {e}" for e in churn["errors"][:3]]

@@ -14,10 +14,9 @@ from layerbench.linux.mounts import mount_of
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("files", "before", "the archive's entries"),
-    Fact("staged_on", "before", "the mount the archive was staged on before the run"),
-)
+FILES = Fact("files", "before", "the archive's entries", int)
+STAGED_ON = Fact("staged_on", "before", "the mount the archive was staged on before the run", str)
+declare(FILES, STAGED_ON)
 
 _STAGE_SLACK = 64 * 2**20  # the staging tmpfs is the archive's size plus this
 
@@ -92,5 +91,5 @@ class Extract(Workload[ExtractOptions]):
             units=archive.bytes,
             unit="bytes",
             durable_bytes=archive.bytes if options.sync else None,
-            facts={"files": archive.files, "staged_on": mount_of(stage).line()},
+            facts={FILES.key: archive.files, STAGED_ON.key: mount_of(stage).line()},
         )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
+from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
 
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
@@ -34,11 +35,27 @@ from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import LatencyCdf, Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("fio_jobs", "during", "each fio job's own figures"),
-    Fact("fio_clat_bins", "during", "per direction, fio's completion-latency bins (the latency CDF)"),
-    Fact("fio_buffered", "during", "why a job asked for direct I/O ran buffered"),
+
+class FioJob(TypedDict, total=False):
+    """One fio job's own figures (the `fio_jobs` fact): its name, error, IOPS and bandwidth."""
+
+    name: str | None
+    error: int | None
+    read_iops: float | None
+    write_iops: float | None
+    read_bw_bytes: int | None
+    write_bw_bytes: int | None
+
+
+FIO_JOBS = Fact("fio_jobs", "during", "each fio job's own figures", list[FioJob])
+FIO_CLAT_BINS = Fact(
+    "fio_clat_bins",
+    "during",
+    "per direction, fio's completion-latency bins (the latency CDF)",
+    dict[str, dict[str, int]],
 )
+FIO_BUFFERED = Fact("fio_buffered", "during", "why a job asked for direct I/O ran buffered", str)
+declare(FIO_JOBS, FIO_CLAT_BINS, FIO_BUFFERED)
 
 REFUSED_KEYS = ("directory", "filename", "filename_format", "opendir")  # the stack decides where
 PERCENTILES = {"p50": "50.000000", "p90": "90.000000", "p99": "99.000000", "p999": "99.900000"}
@@ -278,7 +295,7 @@ class Fio(Workload[FioOptions]):
             if options.direct_refused == "skip":
                 raise SetupError(f'skipped: fio: {said}; direct_refused = "skip"')
             text = buffered(text)
-            facts["fio_buffered"] = f"ran buffered: {said}"
+            facts[FIO_BUFFERED.key] = f"ran buffered: {said}"
         job = ctx.workdir / "job.fio"
         job.write_text(text)
         output = ctx.workdir / "fio.json"
@@ -299,7 +316,7 @@ class Fio(Workload[FioOptions]):
     def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         found = []
         for stack, group in runs.items():
-            said = {str(r.facts["fio_buffered"]) for r in group if r.fact("fio_buffered")}
+            said = {said for r in group if (said := r.fact(FIO_BUFFERED))}
             found += [f"{stack}: {line}" for line in sorted(said)]
             if cached := cached_reads(group):
                 found.append(f"{stack}: {cached}")
@@ -315,7 +332,7 @@ class Fio(Workload[FioOptions]):
                 bins: dict[int, int] = {}
                 for run in group:
                     if run.ok:
-                        for latency, count in run.fact("fio_clat_bins", {}).get(direction, {}).items():
+                        for latency, count in (run.fact(FIO_CLAT_BINS) or {}).get(direction, {}).items():
                             bins[int(latency)] = bins.get(int(latency), 0) + int(count)
                 if total := sum(bins.values()):
                     ordered = sorted(bins)
@@ -338,9 +355,7 @@ class Fio(Workload[FioOptions]):
                 return values[len(values) // 2] if values else None
 
             mode = (
-                "buffered (O_DIRECT refused)"
-                if any(r.fact("fio_buffered") for r in ok)
-                else "as the job says"
+                "buffered (O_DIRECT refused)" if any(r.fact(FIO_BUFFERED) for r in ok) else "as the job says"
             )
             cells = [
                 _fmt(median("read_iops"), ""),

@@ -25,12 +25,11 @@ from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("entries", "during", "entries the read visited"),
-    Fact("read_bytes_total", "during", "bytes the read read"),
-    Fact("read_errors", "during", "entries it could not read"),
-    Fact("mode", "before", "how the tree was read"),
-)
+ENTRIES = Fact("entries", "during", "entries the read visited", int)
+READ_BYTES_TOTAL = Fact("read_bytes_total", "during", "bytes the read read", int)
+READ_ERRORS = Fact("read_errors", "during", "entries it could not read", int)
+MODE = Fact("mode", "before", "how the tree was read", str)
+declare(ENTRIES, READ_BYTES_TOTAL, READ_ERRORS, MODE)
 
 _CHILD = Path(__file__).with_name("_read_tree_child.py")
 
@@ -98,7 +97,7 @@ class ReadTree(Workload[ReadTreeOptions]):
     def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         found = []
         for stack, group in runs.items():
-            errors = max((int(r.fact("read_errors", 0)) for r in group), default=0)
+            errors = max((r.fact(READ_ERRORS) or 0 for r in group), default=0)
             if errors:
                 found.append(f"{stack}: read-tree could not read {errors} entries (counted, not fatal)")
         return found
@@ -109,5 +108,5 @@ def _collect(prepared: Prepared, output: Path, mode: str) -> None:
         entries, size, errors = (int(v) for v in output.read_text().split()[-3:])
         prepared.units = entries
         prepared.facts.update(
-            {"entries": entries, "read_bytes_total": size, "read_errors": errors, "mode": mode}
+            {ENTRIES.key: entries, READ_BYTES_TOTAL.key: size, READ_ERRORS.key: errors, MODE.key: mode}
         )

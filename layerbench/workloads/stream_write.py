@@ -15,10 +15,9 @@ from layerbench.linux import system
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
-FACTS = declare(
-    Fact("fill_bytes", "before", "bytes of fill written before the run (the fs made non-empty)"),
-    Fact("fill_with", "before", "how the fill was made: written, or allocated"),
-)
+FILL_BYTES = Fact("fill_bytes", "before", "bytes of fill written before the run (the fs made non-empty)", int)
+FILL_WITH = Fact("fill_with", "before", "how the fill was made: written, or allocated", str)
+declare(FILL_BYTES, FILL_WITH)
 
 
 class StreamWriteOptions(WorkloadOptions):
@@ -123,6 +122,6 @@ class StreamWrite(Workload[StreamWriteOptions]):
             cwd=stack.top,
             units=count * block,
             unit="bytes",
-            facts={"fill_bytes": fill, "fill_with": filled_with},
+            facts={FILL_BYTES.key: fill, FILL_WITH.key: filled_with},
             durable_bytes=count * block if options.fsync else None,
         )
