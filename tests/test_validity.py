@@ -31,9 +31,10 @@ def test_the_simulation_can_fail() -> None:
 
 @pytest.mark.e2e
 def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: str) -> None:
-    # The simulated checks at a fifth of their default size (the seeded simulations are
-    # tested on their own above); the real checks as a user runs them.
-    done = cli("selftest", "--scratch", str(scratch_root), "--simulations", "400", timeout=900)
+    # The simulated checks at a twentieth of their default size: seeded, so they come out
+    # the same every time (all pass at 100, 150 and 400 here; the studies are tested on
+    # their own above); the real checks as a user runs them.
+    done = cli("selftest", "--scratch", str(scratch_root), "--simulations", "100", timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]

@@ -107,7 +107,7 @@ class RunRecord:
         """The same run with some counters replaced (a test's, or a derived reading)."""
         return replace(self, values={**self.values, **values})
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """As a flat row of the runs table (identity, every counter, units, unit): for an
         export."""
         return {

@@ -188,7 +188,7 @@ def _engine(location: Location, *, read_only: bool = False) -> Engine:
             cursor.close()
 
         return engine
-    arguments: dict[str, Any] = {"connect_timeout": 10}
+    arguments: dict[str, object] = {"connect_timeout": 10}
     if read_only:
         # Set when the session starts (libpq's options), so no rollback or reset undoes it:
         # every transaction of the session is read-only.
@@ -396,10 +396,10 @@ class Store:
         name: str,
         plan_source: str,
         plan_text: str,
-        plan: dict[str, Any],
+        plan: Mapping[str, object],
         seed: int,
         baseline: str,
-        host: dict[str, Any],
+        host: Mapping[str, object],
         version: str,
         warnings: list[str],
         fleet: str | None = None,
@@ -436,7 +436,7 @@ class Store:
         statement = select(experiments_table.c[column]).where(experiments_table.c.id == experiment_id)
         return json.loads(connection.execute(statement).scalar_one())
 
-    def set_stack_info(self, experiment_id: int, stack: str, info: dict[str, Any]) -> None:
+    def set_stack_info(self, experiment_id: int, stack: str, info: Mapping[str, object]) -> None:
         with self._write() as connection:
             stacks = self._json_field(connection, experiment_id, "stacks_json")
             stacks[stack] = info
@@ -470,8 +470,8 @@ class Store:
         self,
         experiment_id: int,
         run: Mapping[str, Any],
-        devices: dict[str, Any],
-        facts: dict[str, Any],
+        devices: Mapping[str, Mapping[str, int]],
+        facts: Mapping[str, object],
         samples: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """A run given as a row of the runs table (columns as in run_columns())."""
@@ -516,7 +516,7 @@ class Store:
 
     def finish_experiment(self, experiment_id: int, status: str, reason: str | None = None) -> None:
         """Its end; a reason (host lost) given once stays with an interrupted experiment."""
-        values: dict[str, Any] = {"status": status, "finished": now()}
+        values: dict[str, object] = {"status": status, "finished": now()}
         if reason is not None:
             values["status_reason"] = reason
         self._update(experiment_id, **values)

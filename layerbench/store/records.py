@@ -5,7 +5,6 @@ ExperimentRecord."""
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -58,7 +57,7 @@ class TrialResult:
     counters: RunCounters
     units: float | None = None  # the work the run did, for its throughput
     unit: str | None = None
-    facts: dict[str, Any] = field(default_factory=dict)  # the workload's and the noise's
+    facts: dict[str, object] = field(default_factory=dict)  # the workload's and the noise's
     stack: StackRecord | None = None
     reported: dict[str, float] = field(default_factory=dict)  # metrics.reported(): the workload's own
 
@@ -72,10 +71,10 @@ class TrialResult:
         """Other work used the CPU while the run was timed (the noise facts of the run)."""
         return bool(DISTURBED.read(self.counters.facts) or DISTURBED.read(self.facts))
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The runs-table row: the trial, the counters, the work."""
         counters = self.counters
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             name: getattr(counters, name)
             for name in counters.__dataclass_fields__
             if name not in ("devices", "samples", "sampler", "facts")
@@ -94,7 +93,7 @@ class TrialResult:
             row.update(self.reported)
         return row
 
-    def all_facts(self) -> dict[str, Any]:
+    def all_facts(self) -> dict[str, object]:
         """The facts stored with the run: the workload's, the noise's, the sampler's cost."""
         facts = {**self.facts, **self.counters.facts}
         if self.counters.sampler:
