@@ -153,7 +153,10 @@ class Experiment:
             status, reason = "interrupted", f"the store went away ({lost.cause})"
             raise
         finally:
-            self._finish(status, reason)
+            try:
+                self.executor.close()  # what it kept between trials (kept stacks)
+            finally:
+                self._finish(status, reason)
         return self.id
 
     def _finish(self, status: str, reason: str | None) -> None:

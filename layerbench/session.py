@@ -194,6 +194,7 @@ class Session:
             self._executor = LocalExecutor(
                 self._scratch, allowed_devices=self.allowed_devices, force=self.force
             )
+            stack.callback(self._executor.close)  # before the scratch root is unlocked
             self._exits = stack.pop_all()
         return self
 

@@ -104,6 +104,14 @@ def test_reps_override() -> None:
         (('name = "tiny"', 'name = "tiny"\nsurprise = true'), "surprise: unknown key"),
         (("[stacks.disk]", '[stacks."../etc"]'), "a name must be"),
         (("run = \"sh -c 'cp -a /usr/include . && sync'\"", 'run = "\'unclosed"'), "cannot split"),
+        (
+            ("fill = 0.5", 'fill = 0.5\nkeep_stack = "yes"'),
+            "workloads.write.keep_stack: Input should be a valid boolean",
+        ),
+        (
+            ("fill = 0.5", 'fill = 0.5\nkeep_stack = true\n[stacks.guest]\nlayers = [{ kind = "vm" }]'),
+            "workloads.write.keep_stack: stack guest's vm layer is built for each trial",
+        ),
     ],
 )
 def test_bad_plans_get_one_clear_line(change: tuple[str, str], expected: str) -> None:
@@ -156,3 +164,11 @@ def test_quick_table_reps_are_not_capped() -> None:
     text = GOOD.replace("reps = 5", "reps = 20") + "[quick]\nreps = 7\n"
     assert parse_plan(text, "p", quick=True).reps == 7
     assert parse_plan(GOOD.replace("reps = 5", "reps = 20"), "p", quick=True).reps == 5
+
+
+def test_keep_stack_is_refused_for_a_workload_that_changes_the_stack() -> None:
+    churn = GOOD + '[workloads.cycles]\nkind = "churn"\ncycles = 10\nkeep_stack = true\n'
+    with pytest.raises(UserError, match=r"workloads\.cycles\.keep_stack: a churn workload needs a stack"):
+        parse_plan(churn, "p.toml")
+    kept = parse_plan(GOOD.replace("fill = 0.5", "fill = 0.5\nkeep_stack = true"), "p.toml")
+    assert kept.workloads["write"].keep_stack and not kept.workloads["untar"].keep_stack

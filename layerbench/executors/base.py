@@ -54,6 +54,10 @@ class Executor(ABC):
         seconds and the probe's own cost; None where there is none."""
         return None
 
+    def close(self) -> None:  # noqa: B027 - optional
+        """After an experiment's last trial (also when it stops early): tear down what the
+        executor kept between its trials (kept stacks)."""
+
     @abstractmethod
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
         """Run one trial to its end (built, prepared, timed, torn down) and describe it."""

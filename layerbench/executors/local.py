@@ -1,6 +1,7 @@
 """LocalExecutor: a trial on this host, in its scratch root. Build the stack fresh,
 prepare the workload untimed, drop the caches, time the run, tear everything down. A stack
-whose top layer runs the rest elsewhere (a vm) hands the trial to its guest."""
+whose top layer runs the rest elsewhere (a vm) hands the trial to its guest. A workload with
+keep_stack = true runs its repetitions on stacks built and prepared once (kept.py)."""
 
 import contextlib
 import dataclasses
@@ -14,7 +15,7 @@ from layerbench.content import worlds
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
 from layerbench.core.facts import Fact, declare
-from layerbench.executors import procedure
+from layerbench.executors import kept, procedure
 from layerbench.executors.base import Executor, Setting
 from layerbench.guest.protocol import GuestRequest
 from layerbench.linux import cgroups
@@ -104,6 +105,11 @@ class LocalExecutor(Executor):
         self._free_page_reporting = kernelstats.FreePageReporting()
         self._warm_wanted = warm_memory.wanted()
         self._unsettled_in_a_row = 0
+        self._kept = kept.KeptStacks()
+        self._kept_dirs = 0
+
+    def close(self) -> None:
+        self._kept.close()
 
     def host(self) -> dict[str, Any]:
         return host.describe(self.scratch.root)
@@ -136,6 +142,8 @@ class LocalExecutor(Executor):
             return None
 
     def run(self, trial: Trial, setting: Setting) -> TrialResult:
+        if setting.workloads[trial.workload].options.keep_stack:
+            return self._run_kept(trial, setting)
         started = now()
         clock = _Phases()
         try:
@@ -162,20 +170,9 @@ class LocalExecutor(Executor):
     ) -> TrialResult:
         workload = setting.workloads[trial.workload]
         with contextlib.ExitStack() as resources:
-            ctx = BuildContext(
-                scratch=self.scratch,
-                workdir=workdir,
-                allowed_devices=self.allowed_devices,
-                force=self.force,
-                world=self.world_dirs.get(trial.stack),
-            )
+            ctx = self._context(trial, workdir)
             layers = make_layers(setting.plan.stacks[trial.stack])
-            warm = resources.enter_context(
-                warm_memory.held(
-                    workload.run_memory_bytes() if setting.plan.warm_memory and self._warm_wanted else 0,
-                    huge=not (layers and layers[-1].small_pages),
-                )
-            )
+            warm = resources.enter_context(self._held_warm(setting, workload, layers))
             clock.lap("warm_memory")
             built = resources.enter_context(build_stack(ctx, layers))
             clock.lap("build")
@@ -208,6 +205,116 @@ class LocalExecutor(Executor):
             facts[durability.DURABILITY.key] = durable
         return TrialResult(
             trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics
+        )
+
+    def _context(self, trial: Trial, workdir: Path) -> BuildContext:
+        return BuildContext(
+            scratch=self.scratch,
+            workdir=workdir,
+            allowed_devices=self.allowed_devices,
+            force=self.force,
+            world=self.world_dirs.get(trial.stack),
+        )
+
+    def _held_warm(
+        self, setting: Setting, workload: Workload[WorkloadOptions], layers: list[Any]
+    ) -> contextlib.AbstractContextManager[warm_memory.Held]:
+        """What the run will take fresh, held from the trial's start until right before it."""
+        wanted = workload.run_memory_bytes() if setting.plan.warm_memory and self._warm_wanted else 0
+        return warm_memory.held(wanted, huge=not (layers and layers[-1].small_pages))
+
+    def _run_kept(self, trial: Trial, setting: Setting) -> TrialResult:
+        """A trial on its workload's kept stack (built and prepared by the first trial that
+        needs it): the run, then what it added removed, as its teardown."""
+        started = now()
+        clock = _Phases()
+        key = (setting.experiment_id, trial.stack, trial.workload)
+        self._kept.only_for(setting.experiment_id)
+        workload = setting.workloads[trial.workload]
+        layers = make_layers(setting.plan.stacks[trial.stack])
+        served: int | None = None
+        first: dict[str, object] = {}
+        try:
+            with contextlib.ExitStack() as per_run:
+                warm = per_run.enter_context(self._held_warm(setting, workload, layers))
+                clock.lap("warm_memory")
+                on = self._kept.get(key) or self._keep(trial, setting, key, layers, clock)
+                served = on.served
+                first = on.first_facts if served == 0 else {}
+                try:
+                    result = self._run_on_kept(trial, setting, on, started, per_run, warm, clock)
+                    on.served += 1
+                    on.clear()
+                except BaseException:
+                    self._kept.drop(key)  # in doubt: the next trial builds it afresh
+                    raise
+        except SetupError as exc:
+            result = TrialResult(trial, started, measure.failed(f"setup: {exc}"))
+        finally:
+            os.sync()  # as after a fresh trial: the removal is made durable in its teardown
+        clock.lap("teardown")
+        result.facts.update(clock.facts(result.counters.wall_s))
+        if served is not None:
+            result.facts.update({**first, kept.RUNS_BEFORE.key: served})
+        return result
+
+    def _keep(
+        self, trial: Trial, setting: Setting, key: kept.Key, layers: list[Any], clock: "_Phases"
+    ) -> kept.Kept:
+        """Build the stack and prepare the workload on it, to be kept."""
+        with contextlib.ExitStack() as resources:
+            self._kept_dirs += 1
+            name = f"e{setting.experiment_id}-kept{self._kept_dirs}"
+            workdir = resources.enter_context(self.scratch.directory("trials", name))
+            placed = self.scratch.placed
+            ctx = self._context(trial, workdir)
+            built = resources.enter_context(build_stack(ctx, layers))
+            clock.lap("build")
+            failpoints.reached("stack-built")
+            devices = built.devices()
+            record = self._record(trial.stack, layers, built, devices)
+            prepared = setting.workloads[trial.workload].prepare(ctx, built, resources)
+            clock.lap("prepare")
+            entries = frozenset(os.listdir(built.top))
+            on = kept.Kept(resources.pop_all(), ctx, built, devices, record, prepared, entries)
+            if placed is not None:  # read before the first run only: the others' is older
+                on.first_facts = {
+                    INODE_GROUP_FREED_S_AGO.key: placed.freed_s_ago,
+                    PLACEMENT_TRIES.key: placed.tries,
+                }
+        self._kept.add(key, on)
+        return on
+
+    def _run_on_kept(
+        self,
+        trial: Trial,
+        setting: Setting,
+        on: kept.Kept,
+        started: str,
+        per_run: contextlib.ExitStack,
+        warm: warm_memory.Held,
+        clock: "_Phases",
+    ) -> TrialResult:
+        outcome = procedure.run_prepared(
+            on.prepared.again(),
+            on.ctx,
+            on.built,
+            lambda prepared: self._timed(
+                trial, setting, prepared, on.built, on.devices, on.ctx.workdir, per_run, warm
+            ),
+            clock.lap,
+        )
+        failpoints.reached("run-finished")
+        counters = outcome.counters
+        facts = dict(outcome.facts)
+        if counters.status == "ok" and (
+            durable := durability.check(
+                outcome.durable_bytes, on.devices, counters.devices, outcome.dirty_below
+            )
+        ):
+            facts[durability.DURABILITY.key] = durable
+        return TrialResult(
+            trial, started, counters, outcome.units, outcome.unit, facts, on.record, outcome.metrics
         )
 
     def _run_in_guest(

@@ -31,6 +31,18 @@ def run_on_top(
     """Prepare, run with timed, collect. lap(phase) marks the end of "prepare" and "run"."""
     prepared = workload.prepare(ctx, built, resources)
     lap("prepare")
+    return run_prepared(prepared, ctx, built, timed, lap)
+
+
+def run_prepared(
+    prepared: Prepared,
+    ctx: BuildContext,
+    built: BuiltStack,
+    timed: Callable[[Prepared], measure.RunCounters],
+    lap: Callable[[str], None] = lambda phase: None,
+) -> RunResult:
+    """The rest of the procedure on a prepared stack: drop the caches, run with timed,
+    collect (a kept stack, prepared once, runs each repetition from here)."""
     if prepared.drop_caches:
         measure.drop_caches()
     counters = timed(prepared)

@@ -1,6 +1,7 @@
 """The kernel's view of mounts and block devices: /proc/self/mountinfo, /sys/block."""
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +123,18 @@ def loop_backing_file(name: str) -> str | None:
         return backing.read_text().strip()
     except OSError:
         return None
+
+
+def wait_loop_released(name: str, backing: Path, timeout: float = 10.0) -> bool:
+    """Wait until loop device name no longer serves backing: a loop device mounted with
+    -o loop detaches itself once unmounted, but the kernel does it in the background, which
+    takes seconds while the disk is busy. True once released (or bound to another file)."""
+    deadline = time.monotonic() + timeout
+    while (found := loop_backing_file(name)) and found.removesuffix(" (deleted)") == str(backing):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def devices_under(path: str | os.PathLike[str], _depth: int = 0) -> list[str]:

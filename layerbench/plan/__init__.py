@@ -222,6 +222,8 @@ def parse_plan(
         plan_worlds = _worlds(shape, workloads)
         if refusal := footprint.plan_refusal(stacks, workloads):
             raise ValueError(refusal)
+        if refusal := _keeping_refusal(stacks, workloads):
+            raise ValueError(refusal)
         if budget is not None and not re.fullmatch(DURATION_PATTERN, budget):
             raise ValueError(f"--budget {budget!r}: a duration such as 90s, 8m or 1h, or off")
         budget_s = duration_seconds(budget or shape.budget or "off")
@@ -332,6 +334,31 @@ def _kinds(
         for name, body in shape.workloads.items()
     }
     return stacks, workloads
+
+
+def _keeping_refusal(
+    stacks: dict[str, list[LayerOptions]], workloads: dict[str, WorkloadOptions]
+) -> str | None:
+    """A workload with keep_stack = true repeats on one built stack: its kind must be one that
+    can, and every stack one that can be kept."""
+    kept = [(name, options) for name, options in workloads.items() if options.keep_stack]
+    if not kept:
+        return None
+    layer_kinds, workload_kinds = load_layer_kinds(), load_workload_kinds()
+    for name, options in kept:
+        if not workload_kinds[options.kind].reusable:
+            kinds = ", ".join(sorted(k for k, kind in workload_kinds.items() if kind.reusable))
+            return (
+                f"workloads.{name}.keep_stack: a {options.kind} workload needs a stack of its own "
+                f"for each trial; the kinds that repeat on a kept stack: {kinds}"
+            )
+    for stack, layers in stacks.items():
+        if fresh := [layer.kind for layer in layers if not layer_kinds[layer.kind].keepable]:
+            return (
+                f"workloads.{kept[0][0]}.keep_stack: stack {stack}'s {fresh[0]} layer is built for "
+                "each trial, so no stack of the plan is kept; drop keep_stack"
+            )
+    return None
 
 
 def _worlds(shape: _PlanFile, workloads: dict[str, WorkloadOptions]) -> dict[str, str]:

@@ -476,7 +476,9 @@ def _test(data: ReportData) -> Section:
     lines = []
     for name, workload in plan.workloads.items():
         settings = ", ".join(
-            f"{k}={v}" for k, v in workload.items() if k != "kind" and v not in (None, "", [])
+            f"{k}={v}"
+            for k, v in workload.items()
+            if k != "kind" and v not in (None, "", []) and not (k == "keep_stack" and v is False)
         )
         lines.append(f"{name}: {workload['kind']} ({settings})")
     lines.append(

@@ -101,6 +101,9 @@ class Layer(ABC, Generic[OptionsT]):
     # Its files live in memory pages (4 KiB each), not in a page cache of large folios: what
     # a run writes on it is held warm in small pages (warm_memory.py).
     small_pages: ClassVar[bool] = False
+    # keep_stacks: a stack of this kind can serve the repetitions of a workload one after
+    # another (False: it is built for each trial, as a vm layer's guest boots for each).
+    keepable: ClassVar[bool] = True
 
     def fs_size(self) -> int | None:
         """Size of the file system this layer makes, if it makes one (known before building)."""

@@ -15,7 +15,7 @@ from layerbench.content import worlds
 from layerbench.core.errors import UserError
 from layerbench.core.sizes import SizeText, format_size, parse_size
 from layerbench.linux import procfs, system
-from layerbench.linux.mounts import mount_of, mount_table
+from layerbench.linux.mounts import mount_of, mount_table, wait_loop_released
 from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
@@ -169,16 +169,13 @@ class ImageLayer(Layer[ImageOptionsT]):
         if not str(image).startswith(str(ctx.scratch.root) + "/"):
             raise UserError(f"refusing to make an image at {image}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-image")
-        with open(image, "wb") as handle:
-            if options.preallocate:
-                os.posix_fallocate(handle.fileno(), 0, size)
-            else:
-                handle.truncate(size)
+        _make_image(image, size, preallocate=options.preallocate)
         # A world on the layer below is copied in by mkfs (untimed), so a read-only image
         # holds it as the seed's md image held the installed world.
         populate = []
         if ctx.world and options.fs == "ext4" and worlds.visible(ctx.world, below.path):
             populate = ["-d", str(ctx.world)]
+        loop_name = None
         try:
             with contextlib.ExitStack() as attached:
                 # With a sector size the loop device is attached first and formatted itself;
@@ -188,19 +185,14 @@ class ImageLayer(Layer[ImageOptionsT]):
                     loop = ["--sector-size", str(options.sector_size)]
                     loop += ["--direct-io=on"] if options.direct_io else []
                     source = attached.enter_context(ctx.scratch.loop_device(image, loop))
-                mkfs = [
-                    f"mkfs.{options.fs}",
-                    *options.mkfs_arguments(),
-                    *options.mkfs_options,
-                    *populate,
-                    source,
-                ]
-                system.run(mkfs, timeout=1800)
+                mkfs = [f"mkfs.{options.fs}", *options.mkfs_arguments(), *options.mkfs_options]
+                system.run([*mkfs, *populate, source], timeout=1800)
                 mount_options = [*([] if options.sector_size else ["loop"]), *options.fs_mount_options()]
                 if options.readonly:
                     mount_options.append("ro")
                 with ctx.scratch.mounted(source, target, fstype=options.fs, options=mount_options):
                     entry = mount_of(target)
+                    loop_name = Path(entry.source).name
                     if options.direct_io and not options.sector_size:
                         system.run(["losetup", "--direct-io=on", entry.source])
                     line = f"{entry.line()} [{entry.source} -> {image}]"
@@ -218,6 +210,10 @@ class ImageLayer(Layer[ImageOptionsT]):
             # The image lives on the layer below; remove it before that layer goes away.
             with contextlib.suppress(FileNotFoundError):
                 image.unlink()
+            # Its loop device goes by itself once unmounted, in the background: the trial's
+            # teardown ends when it has, not after the process that ran it.
+            if loop_name is not None and not ctx.scratch.hurry:
+                wait_loop_released(loop_name, image)
 
     @staticmethod
     def _queue_lines(device: str) -> list[str]:
@@ -242,6 +238,14 @@ class ImageLayer(Layer[ImageOptionsT]):
         with ctx.scratch.mounted(options.device, target, fstype=options.fs, options=mount_options):
             size = int(Path(f"/sys/class/block/{Path(options.device).resolve().name}/size").read_text()) * 512
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)
+
+
+def _make_image(image: Path, size: int, *, preallocate: bool) -> None:
+    with open(image, "wb") as handle:
+        if preallocate:
+            os.posix_fallocate(handle.fileno(), 0, size)
+        else:
+            handle.truncate(size)
 
 
 def _ext4_metadata_bytes(size: int) -> int:

@@ -53,6 +53,7 @@ class VmLayer(Layer[VmOptions]):
     Options = VmOptions
     summary = "a qemu guest (microvm) on an image file of the layer below; layers above run inside"
     tools = ("qemu-system-x86_64", "busybox", "apt-get", "dpkg")
+    keepable = False  # each trial boots a fresh guest
 
     @classmethod
     def extra_tools(cls, options: object) -> tuple[str, ...]:

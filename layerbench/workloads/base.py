@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Generic, Literal, TypeVar
 
@@ -27,6 +27,11 @@ class WorkloadOptions(BaseModel):
     timeout: float | None = Field(default=None, gt=0, description="seconds before a run is killed")
     trace: Literal["block"] | None = Field(
         default=None, description='"block": a block-request latency histogram per device (bpftrace)'
+    )
+    keep_stack: bool = Field(
+        default=False,
+        description="build each stack once for this workload and run its repetitions on it, each "
+        "after what the run before added was removed (less untimed work; the report says so)",
     )
 
 
@@ -61,6 +66,10 @@ class Prepared:
         if self.after_run is not None:
             self.after_run(self)
 
+    def again(self) -> "Prepared":
+        """The same run once more on its kept stack: what a run collects starts afresh."""
+        return replace(self, facts=dict(self.facts), metrics={}, failure=None)
+
 
 @dataclass(frozen=True)
 class LatencyCdf:
@@ -84,6 +93,9 @@ class Workload(ABC, Generic[OptionsT]):
     # part of the report, in this order (a fio job: IOPS and latency before elapsed time).
     headline_metrics: ClassVar[tuple[str, ...]] = ("wall_s",)
     needs_world: ClassVar[bool] = False  # runs in a chroot: every stack of the plan needs a world
+    # keep_stacks: its repetitions can run one after another on one built stack, prepared
+    # once, each after what the run before it added at the stack's top was removed.
+    reusable: ClassVar[bool] = False
     # The smallest file system any stack of the plan makes: a fractional fill on a stack that
     # sits on the scratch root's own file system writes this much (set by make_workloads).
     reference_fs_size: int | None = None

@@ -33,6 +33,7 @@ class Command(Workload[CommandOptions]):
     kind = "command"
     Options = CommandOptions
     summary = "any command line, run in the stack's top directory ($LAYERBENCH_TARGET)"
+    reusable = True
     tools = ("sh",)
 
     def prepare(self, ctx: BuildContext, stack: BuiltStack, resources: contextlib.ExitStack) -> Prepared:

@@ -36,6 +36,7 @@ class Extract(Workload[ExtractOptions]):
     kind = "extract"
     Options = ExtractOptions
     summary = "untar a source tree staged on a tmpfs onto the stack, then syncfs"
+    reusable = True
     tools = ("tar", "sync")
     writes = True
 

@@ -276,6 +276,7 @@ class Fio(Workload[FioOptions]):
     kind = "fio"
     Options = FioOptions
     summary = "a fio job (a job file or inline options) on the stack's top: IOPS, bandwidth, latency"
+    reusable = True
     tools = ("fio",)
     writes = True
     # A direction the job does not do has no rows, so a read job leads with read IOPS.

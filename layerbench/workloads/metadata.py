@@ -26,6 +26,7 @@ class Metadata(Workload[MetadataOptions]):
     kind = "metadata"
     Options = MetadataOptions
     summary = "create, stat, read and delete many small files, then syncfs"
+    reusable = True
     writes = True
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:

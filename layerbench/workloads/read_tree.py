@@ -54,6 +54,7 @@ class ReadTree(Workload[ReadTreeOptions]):
     kind = "read-tree"
     Options = ReadTreeOptions
     summary = "stat or read every entry of a tree on the stack's top, cold or warm, 1..N readers"
+    reusable = True
     tools = ("tar",)
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:

@@ -51,6 +51,7 @@ class StreamWrite(Workload[StreamWriteOptions]):
     kind = "stream-write"
     Options = StreamWriteOptions
     summary = "dd one large file from /dev/zero, fsync'd; optionally onto a pre-filled fs"
+    reusable = True
     tools = ("dd", "sync", "fallocate")
     writes = True
 
