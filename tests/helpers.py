@@ -7,6 +7,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,6 +139,16 @@ def run_plan(tmp_path: Path, text: str, scratch: Path, *options: str) -> dict[st
     plan.write_text(text)
     cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", *options, check=True)
     return json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+
+
+def ctrl_c_at(point: str, *args: str) -> None:
+    """`layerbench ARGS` stopped at a failpoint, then Ctrl-C: it exits 130 without a traceback."""
+    child = start_cli(*args, env={"LAYERBENCH_STOP_AT": point})
+    wait_stopped(child)
+    child.send_signal(signal.SIGINT)  # delivered once the run goes on
+    child.send_signal(signal.SIGCONT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130 and "Traceback" not in stderr, stderr
 
 
 def wait_stopped(child: "subprocess.Popen[Any]", timeout: float = 120) -> None:

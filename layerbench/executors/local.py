@@ -244,10 +244,13 @@ class LocalExecutor(Executor):
                 try:
                     result = self._run_on_kept(trial, setting, on, started, per_run, warm, clock)
                     on.served += 1
-                    on.clear()
                 except BaseException:
                     self._kept.drop(key)  # in doubt: the next trial builds it afresh
                     raise
+                try:
+                    on.clear()
+                except OSError:
+                    self._kept.drop(key)  # what the run left stays: the next trial builds afresh
         except SetupError as exc:
             result = TrialResult(trial, started, measure.failed(f"setup: {exc}"))
         finally:

@@ -2,12 +2,11 @@
 run after the last one's file was removed; nothing left after the experiment, after Ctrl-C
 during a run, or after kill -9 between runs and `clean`."""
 
-import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli, wait_stopped
+from helpers import TEST_ROOT, cli, ctrl_c_at, leftovers, leftovers_after, start_cli, wait_stopped
 
 from layerbench.store import Store
 
@@ -79,12 +78,7 @@ def test_a_kept_stack_goes_after_ctrl_c_and_after_kill_9_and_clean(needs_root: N
     plan = _plan(tmp_path)
     scratch, db = TEST_ROOT / "kept-stopped", tmp_path / "r.db"
     common = ["run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", "--no-namespace"]
-    interrupted = start_cli(*common, env={"LAYERBENCH_STOP_AT": "run-started"})
-    wait_stopped(interrupted)
-    interrupted.send_signal(signal.SIGINT)
-    interrupted.send_signal(signal.SIGCONT)
-    _, stderr = interrupted.communicate(timeout=120)
-    assert interrupted.returncode == 130 and "Traceback" not in stderr, stderr
+    ctrl_c_at("run-started", *common)
     assert leftovers(scratch) == [], "after Ctrl-C"
     # Stopped after a run, its kept stack built, mounted and waiting for the next repetition.
     killed = start_cli(*common, env={"LAYERBENCH_STOP_AT": "run-finished"})

@@ -14,6 +14,7 @@ from helpers import (
     TEST_ROOT,
     agent_answers,
     cli,
+    ctrl_c_at,
     leftovers,
     leftovers_after,
     one_line_error,
@@ -335,12 +336,7 @@ def test_every_layer_kind_leaves_nothing_after_ctrl_c_and_after_kill_9(
     )
     scratch, db = TEST_ROOT / f"every-kind-{kind}", tmp_path / "r.db"
     common = ["run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", "--no-namespace"]
-    interrupted = start_cli(*common, env={"LAYERBENCH_STOP_AT": "run-started"})
-    wait_stopped(interrupted)
-    interrupted.send_signal(signal.SIGINT)
-    interrupted.send_signal(signal.SIGCONT)
-    _, stderr = interrupted.communicate(timeout=120)
-    assert interrupted.returncode == 130 and "Traceback" not in stderr, stderr
+    ctrl_c_at("run-started", *common)
     assert leftovers(scratch) == [], "after Ctrl-C"
     killed = start_cli(*common, env={"LAYERBENCH_STOP_AT": "stack-built"})
     wait_stopped(killed)
