@@ -21,3 +21,13 @@ def test_there_is_an_example_per_workload_kind() -> None:
 def test_example_parses(path: Path, quick: bool) -> None:
     plan = load_plan(str(path), quick=quick)
     assert plan.baseline in plan.stacks
+
+
+BENCH_PLANS = sorted((Path(__file__).resolve().parents[1] / "bench").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", BENCH_PLANS, ids=lambda p: p.name)
+def test_the_bench_plans_parse(path: Path) -> None:
+    """The plans the bench scripts and docs tell a user to run."""
+    plan = load_plan(str(path))
+    assert plan.baseline in plan.stacks
