@@ -197,15 +197,7 @@ class LocalExecutor(Executor):
                 )
                 still_dirty = outcome.dirty_below
             failpoints.reached("run-finished")
-        counters = outcome.counters
-        facts = dict(outcome.facts)
-        if counters.status == "ok" and (
-            durable := durability.check(outcome.durable_bytes, checked, counters.devices, still_dirty)
-        ):
-            facts[durability.DURABILITY.key] = durable
-        return TrialResult(
-            trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics
-        )
+        return _trial_result(trial, started, outcome, record, checked, still_dirty)
 
     def _context(self, trial: Trial, workdir: Path) -> BuildContext:
         return BuildContext(
@@ -308,17 +300,7 @@ class LocalExecutor(Executor):
             clock.lap,
         )
         failpoints.reached("run-finished")
-        counters = outcome.counters
-        facts = dict(outcome.facts)
-        if counters.status == "ok" and (
-            durable := durability.check(
-                outcome.durable_bytes, on.devices, counters.devices, outcome.dirty_below
-            )
-        ):
-            facts[durability.DURABILITY.key] = durable
-        return TrialResult(
-            trial, started, counters, outcome.units, outcome.unit, facts, on.record, outcome.metrics
-        )
+        return _trial_result(trial, started, outcome, on.record, on.devices, outcome.dirty_below)
 
     def _run_in_guest(
         self,
@@ -439,6 +421,25 @@ class LocalExecutor(Executor):
         finally:
             for ident in idents:
                 self.scratch.journal.done(ident)
+
+
+def _trial_result(
+    trial: Trial,
+    started: str,
+    outcome: RunResult,
+    record: StackRecord,
+    checked: list[str],
+    still_dirty: int | None,
+) -> TrialResult:
+    """The trial's result, with the durability verdict of an ok run that claimed its data
+    durable (checked: the devices, top first, its bytes had to reach)."""
+    facts = dict(outcome.facts)
+    counters = outcome.counters
+    if counters.status == "ok" and (
+        durable := durability.check(outcome.durable_bytes, checked, counters.devices, still_dirty)
+    ):
+        facts[durability.DURABILITY.key] = durable
+    return TrialResult(trial, started, counters, outcome.units, outcome.unit, facts, record, outcome.metrics)
 
 
 def _known_sum(*parts: int | None) -> int | None:
