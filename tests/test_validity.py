@@ -33,8 +33,13 @@ def test_the_simulation_can_fail() -> None:
 def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: str) -> None:
     # The simulated checks at a twentieth of their default size: seeded, so they come out
     # the same every time (all pass at 100, 150 and 400 here; the studies are tested on
-    # their own above); the real checks as a user runs them.
-    done = cli("selftest", "--scratch", str(scratch_root), "--simulations", "100", timeout=900)
+    # their own above); the real checks as a user runs them, the known effect on 128M a run
+    # instead of 512M: 62 of 62 passed twice at 128M alone here (113 s and 118 s against 188 s),
+    # the injected 10 % read x1.08 [1.08-1.09] (the throttle's first burst is a larger share
+    # of a shorter write), the throughput check +1.6 % against its 3 % bound.
+    done = cli(
+        "selftest", "--scratch", str(scratch_root), "--simulations", "100", "--size", "128M", timeout=900
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     names = [line.split(":")[0] for line in lines]
