@@ -32,6 +32,7 @@ from layerbench.cross_experiments import cmd_serve, cmd_trend
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH
 from layerbench.plan import Plan, expansion, footprint, load_plan
+from layerbench.reports import bisect as bisect_report
 from layerbench.reports import comparison as comparison_report
 from layerbench.reports import contents, csv_export, document
 from layerbench.reports import history as history_report
@@ -152,12 +153,23 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
     report.add_argument("--format", default="text", choices=document.load_formats("experiment"))
     report.add_argument("-o", "--output", type=Path, help="write to this file")
+    report.add_argument("--bisect", type=int, metavar="BISECT", help="instead: a bisect's report")
     report.add_argument(
         "--what",
         default="runs",
         choices=("runs", "samples"),
         help="csv only: one row per run, or per time-series sample",
     )
+
+    bisecting = commands.add_parser(
+        "bisect", help="find the variant (a git revision, a set of options) that made a stack slower"
+    )
+    bisecting.add_argument("plan", nargs="?", help="plan TOML file with a [bisect] table")
+    bisecting.add_argument("--good", help="the variant known good: a revision, or a variant's name")
+    bisecting.add_argument("--bad", help="the variant known slower")
+    bisecting.add_argument("--resume", type=int, metavar="BISECT", help="go on with a stopped bisect")
+    bisecting.add_argument("--db", type=str, default=DEFAULT_DB, help=DB_HELP)
+    bisecting.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
 
     comparing = commands.add_parser(
         "compare", help="experiment B against experiment A, per stack and workload"
@@ -509,6 +521,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     store = Store(args.db, read_only=True)
+    if args.bisect is not None:
+        return _report_bisect(store, args)
     ident = args.experiment if args.experiment is not None else store.latest_experiment_id()
     if ident is None:
         raise UserError(f"{args.db}: holds no experiment yet")
@@ -521,6 +535,68 @@ def cmd_report(args: argparse.Namespace) -> int:
         text_report.show(out, contents.document(data))
         return 0
     return _emit(reports.render(data, args.format), args.output)
+
+
+def _report_bisect(store: Store, args: argparse.Namespace) -> int:
+    if args.experiment is not None or args.what != "runs":
+        raise UserError("report --bisect BISECT: give no experiment (and no --what)")
+    if args.format not in document.load_formats("bisect"):
+        raise UserError(
+            f"--format {args.format}: a bisect's report is one of "
+            + ", ".join(document.load_formats("bisect"))
+        )
+    found = bisect_report.gather(store, args.bisect, str(args.db))
+    if args.format == "text" and args.output is None:
+        text_report.show(out, bisect_report.document(found))
+        return 0
+    rendered = document.Report("bisect", found, lambda: bisect_report.document(found))
+    return _emit(document.render(rendered, args.format), args.output)
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """A bisect from its plan and ends, or resumed; its report at the end."""
+    from layerbench.bisect import run as bisecting
+    from layerbench.bisect import spec, variants
+
+    if args.resume is not None:
+        if args.plan or args.good or args.bad:
+            raise UserError("bisect --resume takes the plan and the ends stored with the bisect; give none")
+        if not args.db.exists():
+            raise UserError(f"{args.db}: no results database to resume from")
+    elif args.plan is None or args.good is None or args.bad is None:
+        raise UserError("bisect: give a PLAN, --good and --bad (or --resume BISECT)")
+    plan = None if args.plan is None else spec.BisectPlan.load(args.plan)
+    found = None if plan is None else variants.resolve(plan, args.good, args.bad)  # bad ends: one line, now
+    with Session(
+        args.scratch,
+        "layerbench bisect",
+        db=args.db,
+        create_store=args.resume is None,
+        report=_say,
+    ) as session:
+        store = session.store
+        assert store is not None
+        plan = plan or bisecting.resumable(store, args.resume)
+        with bisecting.checkouts(session, plan) as builds:
+            if args.resume is not None:
+                ident = args.resume
+            else:
+                assert found is not None
+                bisecting.build_good_end(builds, found[0], args.good)
+                ident = bisecting.begin(store, plan, args.good, args.bad, found)
+            console.print(
+                f"bisect {ident}: {len(store.bisect(ident).state.variants)} variants, stored in {args.db}"
+            )
+            try:
+                bisecting.search(session, ident, plan, builds, _say)
+            except KeyboardInterrupt:
+                console.print(
+                    f"[yellow]interrupted[/yellow]: bisect {ident} keeps its finished comparisons; "
+                    f"`layerbench bisect --resume {ident}` with the same --db goes on"
+                )
+                return 130
+        text_report.show(out, bisect_report.document(bisect_report.gather(store, ident, str(args.db))))
+    return 0
 
 
 def _emit(text: str, output: Path | None) -> int:
@@ -687,6 +763,7 @@ COMMANDS = {
     "list": cmd_list,
     "clean": cmd_clean,
     "compare": cmd_compare,
+    "bisect": cmd_bisect,
     "history": cmd_history,
     "doctor": cmd_doctor,
     "selftest": cmd_selftest,

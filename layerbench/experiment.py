@@ -229,6 +229,7 @@ class Experiment:
             design=stats.Design.of_plan(self.plan),
             max_reps=self.plan.max_reps,
             seed=self.seed,
+            threshold=self.plan.threshold,
         )
         seconds = {pair: sorted(times)[len(times) // 2] for pair, times in self._trial_seconds.items()}
         wanted = sequential.look(

@@ -83,6 +83,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("reports", ("layerbench.reports",)),
     ("a run session", ("layerbench.experiment", "layerbench.session")),
     ("the fleet", ("layerbench.fleet",)),
+    ("bisecting variants", ("layerbench.bisect",)),
     ("the selftest", ("layerbench.selftest",)),
     ("the results browser", ("layerbench.serve", "layerbench.cross_experiments")),
     ("the command line", ("layerbench.cli", "layerbench.__main__")),

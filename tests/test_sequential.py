@@ -73,6 +73,31 @@ def test_decided_comparisons_close_and_only_open_ones_get_rounds(tmp_path: Path)
     assert len(state.looks) <= stats.LOOKS and state.stopped is not None
 
 
+def test_a_threshold_closes_a_comparison_on_either_side_of_it_not_on_the_two_sided_test(
+    tmp_path: Path,
+) -> None:
+    """threshold = 0.5: slow (x1.3) lies wholly below x1.5 and closes at once, as does same;
+    with threshold = 0.2 slow's tight interval lies wholly above x1.2 and closes too; vague's
+    wide interval straddles either, so it gets the rounds."""
+    for threshold in (0.5, 0.2):
+        store = Store(tmp_path / f"r{threshold}.db")
+        executor = FakeExecutor(_script(1))
+        text = PLAN.format(budget="1h").replace('budget = "1h"', f'budget = "1h"\nthreshold = {threshold}')
+        plan = parse_plan(text, "plan.toml")
+        assert plan.threshold == threshold
+        experiment = Experiment(plan, store, executor, seed=1)
+        experiment.prepare([])
+        experiment.run()
+        state = sequential.STATE.read(store.experiment(1).facts)
+        assert sorted(state.looks[0].closed) == [("same", "w"), ("slow", "w")]
+        assert {t.stack for t in executor.trials[20:]} == {"base", "vague"}
+    row = stats.Summary  # a row whose interval holds 1 + threshold stays open
+    straddling = row.__new__(row)
+    straddling.ratio_ci_low, straddling.ratio_ci_high = 1.1, 1.3
+    assert not sequential.closes(straddling, 0.2) and sequential.closes(straddling, 0.5)
+    assert sequential.closes(straddling, 0.05)
+
+
 def test_the_report_shows_each_comparison_as_its_look_closed_it(tmp_path: Path) -> None:
     store, _, _ = _run(tmp_path, "1h")
     data = reports.gather(store, 1)

@@ -1,11 +1,12 @@
 """Every layer kind, built for real in the host's mount namespace, then torn down."""
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from layerbench.core.errors import SetupError
+from layerbench.core.errors import SetupError, UserError
 from layerbench.linux import mounts
 from layerbench.plan import parse_plan
 from layerbench.scratch import Scratch
@@ -198,3 +199,34 @@ def test_a_scheduler_the_kernel_lacks_is_named_with_what_a_loop_device_offers(
     assert not any("scheduler" in lack for lack in ImageLayer.missing(offered))
     monkeypatch.setattr(procfs, "_has_module", lambda name: name == "bfq")  # loaded on first use
     assert not any("scheduler" in lack for lack in ImageLayer.missing(lacking))
+
+
+def test_a_fuse_daemon_by_its_command_line_serves_the_layer_below(
+    needs_root: None, scratch_root: Path
+) -> None:
+    """fuse-daemon with bindfs as the daemon: the placeholders filled in, the daemon held,
+    stopped at teardown; a missing program is a failed setup, a command with no mount point a
+    plan error."""
+    layers = _layers([{"kind": "fuse-daemon", "command": ["bindfs", "-f", "{source}", "{target}"]}])
+    if lacking := layers[0].missing(layers[0].options) or ([] if shutil.which("bindfs") else ["bindfs"]):
+        pytest.skip(f"this host lacks {lacking}")
+    scratch = Scratch(scratch_root)
+    with scratch.directory("trials", "t") as workdir:
+        with build_stack(BuildContext(scratch=scratch, workdir=workdir), layers) as built:
+            (built.top / "probe").write_text("through the daemon")
+            (daemon,) = built.helper_pids
+            cmdline = Path(f"/proc/{daemon}/cmdline").read_bytes().split(b"\0")
+            assert cmdline[:2] == [b"bindfs", b"-f"] and cmdline[3] == str(built.top).encode()
+            assert (Path(cmdline[2].decode()) / "probe").read_text() == "through the daemon"  # below
+        assert not Path(f"/proc/{daemon}").exists()
+        missing = _layers(
+            [{"kind": "fuse-daemon", "command": ["/nonexistent/daemon", "{source}", "{target}"]}]
+        )
+        with (
+            pytest.raises(SetupError, match="/nonexistent/daemon: no such executable"),
+            build_stack(BuildContext(scratch=scratch, workdir=workdir), missing),
+        ):
+            pass
+    with pytest.raises(UserError, match=r'names no mount point: one argument must hold "\{target\}"'):
+        _layers([{"kind": "fuse-daemon", "command": ["bindfs", "-f", "{source}"]}])
+    assert scratch.journal.pending() == []

@@ -66,6 +66,9 @@ class _PlanFile(BaseModel):
     alpha: float = Field(default=stats.ALPHA, gt=0, le=0.5)  # per family of comparisons
     correction: Literal["holm", "bh", "none"] = stats.CORRECTION
     equivalence: float = Field(default=stats.EQUIVALENCE, ge=0, lt=1)  # a share: within +-5 %
+    # budget: a comparison closes once its interval lies wholly above or below 1 + threshold
+    # (is it slower by more than that?) instead of once the two-sided test decides it.
+    threshold: float | None = Field(default=None, gt=0, lt=10)
     rerun_disturbed: int = Field(default=2, ge=0, le=10)  # re-runs of a trial other work disturbed
     settle: float = Field(default=0.1, ge=0, le=10)  # s of quiet devices before a timed run; 0: none
     settle_timeout: float = Field(default=10.0, gt=0, le=600)  # s: give up waiting (the run says so)
@@ -74,6 +77,7 @@ class _PlanFile(BaseModel):
     stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
     workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
     quick: dict[str, Any] = Field(default_factory=dict)
+    bisect: dict[str, Any] | None = None  # for `layerbench bisect` (bisect/spec.py), not for run
 
 
 class Plan(BaseModel):
@@ -95,6 +99,7 @@ class Plan(BaseModel):
     alpha: float = stats.ALPHA
     correction: str = stats.CORRECTION
     equivalence: float = stats.EQUIVALENCE
+    threshold: float | None = None
     rerun_disturbed: int = 2
     settle: float = 0.1
     settle_timeout: float = 10.0
@@ -128,6 +133,7 @@ class Plan(BaseModel):
             "alpha": self.alpha,
             "correction": self.correction,
             "equivalence": self.equivalence,
+            "threshold": self.threshold,
             "rerun_disturbed": self.rerun_disturbed,
             "settle": self.settle,
             "settle_timeout": self.settle_timeout,
@@ -214,6 +220,10 @@ def parse_plan(
     """Check a plan; raise UserError with one line naming source and key."""
     try:
         shape, has_quick_table = _shape(text, quick)
+        if shape.bisect is not None:
+            raise ValueError(
+                "bisect: a plan with a [bisect] table runs with `layerbench bisect PLAN --good G --bad B`"
+            )
         expanded = _expand(shape)
         stacks, workloads = _kinds(shape, None if source.startswith("builtin:") else Path(source).parent)
         baseline = shape.baseline or next(iter(shape.stacks))
@@ -240,7 +250,7 @@ def parse_plan(
         run_reps = min(run_reps, 5)
     keys = (
         *("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence"),
-        *("settle", "settle_timeout", "sentinel", "warm_memory"),
+        *("threshold", "settle", "settle_timeout", "sentinel", "warm_memory"),
     )
     return Plan(
         **{key: getattr(shape, key) for key in keys},

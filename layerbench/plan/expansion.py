@@ -126,7 +126,7 @@ def _swept(
     for combination in itertools.product(*(sweep[path] for path in paths)):
         expanded = copy.deepcopy({k: v for k, v in table.items() if k != "sweep"})
         for path, value in zip(paths, combination, strict=True):
-            _set(expanded, path, value, where, option_names)
+            set_option(expanded, path, value, where, option_names)
         values = {labels[path]: value for path, value in zip(paths, combination, strict=True)}
         point_name = f"{name}[" + ",".join(f"{label}={_shown(v)}" for label, v in values.items()) + "]"
         points.append(
@@ -142,7 +142,7 @@ def _labels(paths: list[str]) -> dict[str, str]:
     return {path: key if last.count(key) == 1 else path for path, key in zip(paths, last, strict=True)}
 
 
-def _set(table: dict[str, Any], path: str, value: Any, where: str, option_names: OptionNames) -> None:
+def set_option(table: dict[str, Any], path: str, value: Any, where: str, option_names: OptionNames) -> None:
     parts = path.split(".")
     layers = table.get("layers", [])
     if len(parts) < 3 or parts[0] != "layers" or not parts[1].isdigit() or not all(parts[2:]):

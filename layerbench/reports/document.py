@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-Kind = Literal["experiment", "comparison", "history"]
-KINDS: tuple[Kind, ...] = ("experiment", "comparison", "history")
+Kind = Literal["experiment", "comparison", "history", "bisect"]
+KINDS: tuple[Kind, ...] = ("experiment", "comparison", "history", "bisect")
 
 
 @dataclass(frozen=True)

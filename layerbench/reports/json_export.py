@@ -40,8 +40,8 @@ HISTORY_SCHEMA_VERSION = 2
 @register("json")
 def render(report: Report) -> str:
     """Everything, for programs: an experiment (its shape in docs/reports.md), a comparison,
-    or the history."""
-    if report.kind == "comparison":
+    a bisect, or the history."""
+    if report.kind in ("comparison", "bisect"):
         return json.dumps(finite(report.data.as_dict()), indent=2, allow_nan=False) + "\n"
     if report.kind == "history":
         return (

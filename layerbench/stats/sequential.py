@@ -94,6 +94,16 @@ class Context:
     design: stats.Design
     max_reps: int
     seed: int
+    threshold: float | None = None  # the plan's: a comparison closes on this side or that of it
+
+
+def closes(row: stats.Summary, threshold: float | None) -> bool:
+    """Whether a look closes this comparison: decided by the two-sided test (slower, faster,
+    equivalent), or, with a threshold, its interval wholly above or below 1 + threshold."""
+    if threshold is None:
+        return row.decision in DECIDED
+    low, high = row.ratio_ci_low, row.ratio_ci_high
+    return low is not None and high is not None and (low > 1 + threshold or high < 1 + threshold)
 
 
 def look(
@@ -115,7 +125,9 @@ def look(
     closed = [
         (r.stack, r.workload)
         for r in rows
-        if r.stack != context.baseline and r.decision in DECIDED and (r.stack, r.workload) not in already
+        if r.stack != context.baseline
+        and closes(r, context.threshold)
+        and (r.stack, r.workload) not in already
     ]
     reps = _reps(runs, context.workloads)
     state.looks.append(Look(number, state.alpha_per_look, sorted({r.trial for r in runs}), reps, closed))

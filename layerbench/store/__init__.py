@@ -45,6 +45,8 @@ from layerbench.core.runs import RunRecord
 from layerbench.observe.sentinel import Sample
 from layerbench.store import migrate, schema
 from layerbench.store.records import (
+    BisectRecord,
+    BisectState,
     ExperimentRecord,
     ExperimentSummary,
     FleetMember,
@@ -55,6 +57,7 @@ from layerbench.store.records import (
     StoredPlan,
 )
 from layerbench.store.schema import SAMPLE_COLUMNS, SCHEMA_VERSION, run_columns, runs_with
+from layerbench.store.schema import bisects as bisects_table
 from layerbench.store.schema import experiment_facts as facts_table
 from layerbench.store.schema import experiments as experiments_table
 from layerbench.store.schema import fleets as fleets_table
@@ -543,7 +546,18 @@ class Store:
         for row in gone:
             process = "its process" if row["pid"] is None else f"its process (pid {row['pid']})"
             self.finish_experiment(row["id"], "interrupted", f"{process} ended while it ran")
+        self._mark_dead_bisects_interrupted()
         return [row["id"] for row in gone]
+
+    def _mark_dead_bisects_interrupted(self) -> None:
+        """A bisect whose process on this machine is gone is interrupted, as its experiment is."""
+        table = bisects_table
+        rows = self._read(select(table.c.id, table.c.pid, table.c.owner).where(table.c.status == "running"))
+        for row in rows:
+            if row["owner"] in (None, this_machine()) and not Path(f"/proc/{row['pid']}").exists():
+                with self._write() as connection:
+                    update = table.update().where(table.c.id == row["id"])
+                    connection.execute(update.values(status="interrupted", finished=now()))
 
     def interrupt_mine(self) -> list[int]:
         """This process's running experiments (a fleet's, when its head is stopped) end interrupted."""
@@ -738,3 +752,40 @@ class Store:
         with self._connection(transaction=False) as connection:
             statement = select(experiments_table.c.fleet).where(experiments_table.c.id == experiment_id)
             return connection.execute(statement).scalar()
+
+    # -- a bisect (its comparisons are experiments)
+    def create_bisect(
+        self, *, name: str, plan_source: str, plan_text: str, good: str, bad: str, state: BisectState
+    ) -> int:
+        values = {
+            "name": name,
+            "plan_source": plan_source,
+            "plan_text": plan_text,
+            "good": good,
+            "bad": bad,
+            "status": "running",
+            "started": now(),
+            "pid": os.getpid(),
+            "owner": this_machine(),
+            "state_json": state.model_dump_json(),
+        }
+        with self._write() as connection:
+            return _inserted_key(connection.execute(bisects_table.insert().values(values)))
+
+    def save_bisect(self, ident: int, state: BisectState, status: str | None = None) -> None:
+        """What the bisect knows now; with a status other than running, its end."""
+        values: dict[str, object] = {"state_json": state.model_dump_json()}
+        if status is not None:
+            values |= {"status": status, "finished": None if status == "running" else now()}
+            if status == "running":
+                values |= {"pid": os.getpid(), "owner": this_machine()}
+        with self._write() as connection:
+            connection.execute(bisects_table.update().where(bisects_table.c.id == ident).values(values))
+
+    def bisect(self, ident: int) -> BisectRecord:
+        rows = self._read(select(bisects_table).where(bisects_table.c.id == ident))
+        if not rows:
+            raise UserError(f"{self.location}: no bisect {ident}")
+        record = rows[0]
+        record["state"] = BisectState.model_validate_json(record.pop("state_json"))
+        return BisectRecord(**record)

@@ -24,7 +24,7 @@ _SCRIPTS = Path(__file__).parent / "migrations"
 # The migrations' revisions, oldest first (tests/test_migrate.py checks them against the
 # scripts): a store at the last one needs no Alembic, whose import (0.3 s) every command
 # that opens a current store is spared.
-REVISIONS = ("0001", "0002")
+REVISIONS = ("0001", "0002", "0003")
 # PostgreSQL's own schemas: a database whose tables are all in these is empty to us.
 _SYSTEM_SCHEMAS = ("information_schema", "pg_catalog", "pg_toast")
 

@@ -302,3 +302,70 @@ class FleetRecord:
     reference: str  # the host the others are compared against
     hosts: list[str]  # in the order they were named
     experiments: dict[str, FleetMember]  # host name -> its experiment (hosts that stored one)
+
+
+# ---- a bisect: its variants, the comparisons it made, and what it found -----------------
+
+
+class BisectVariant(BaseModel):
+    """One variant: a git revision (name: the commit) or a named set of option values."""
+
+    label: str  # its stack's name in the comparisons, e.g. "r03-1a2b3c4d"
+    name: str
+    title: str = ""  # a commit's subject line
+    build: str | None = None  # None: not built yet; "ok"; else why it did not build
+
+
+class BisectStep(BaseModel):
+    """One comparison: the candidate against the current good end, one experiment."""
+
+    reference: int  # variant indices
+    candidate: int
+    verdict: str  # slower, not slower, undecided, skipped
+    experiment: int | None = None
+    ratio: float | None = None  # candidate / reference, its interval and the interval's level
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    reps: int = 0  # repetitions of each side measured
+    seconds: float = 0.0
+    note: str = ""  # why skipped or undecided
+
+
+class BisectBoundary(BaseModel):
+    last: int  # the last variant of the old class
+    first: int  # the first of the new one
+    direction: str  # slower (good -> bad) or faster (bad -> good: the cost went back down)
+    confirmed: bool | None  # the two compared side by side; None: not adjacent
+
+
+class BisectState(BaseModel):
+    """What a bisect knows; stored as it grows."""
+
+    stack: str
+    workload: str
+    metric: str
+    margin: float
+    probes: int
+    variants: list[BisectVariant]
+    steps: list[BisectStep] = []
+    ends: str | None = None  # the bad end against the good one, once compared
+    boundaries: list[BisectBoundary] = []
+
+    def step(self, reference: int, candidate: int) -> BisectStep | None:
+        return next((s for s in self.steps if (s.reference, s.candidate) == (reference, candidate)), None)
+
+
+class BisectRecord(BaseModel):
+    id: int
+    name: str
+    plan_source: str
+    plan_text: str
+    good: str
+    bad: str
+    status: str  # running, done, interrupted, failed
+    started: str
+    finished: str | None = None
+    pid: int | None = None
+    owner: str | None = None
+    state: BisectState

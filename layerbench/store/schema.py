@@ -24,8 +24,8 @@ from layerbench.core import metrics
 from layerbench.core.runs import IDENTITY
 
 # The meta table's schema_version: what a layerbench from before the migrations reads to
-# refuse a newer file with one line. It follows the migrations (0002 sets 2).
-SCHEMA_VERSION = 2
+# refuse a newer file with one line. It follows the migrations (0003 sets 3).
+SCHEMA_VERSION = 3
 
 # SQLite's INTEGER is 64-bit; PostgreSQL's is not, and byte counts overflow 2**31.
 WIDE_INTEGER = BigInteger().with_variant(Integer(), "sqlite")
@@ -162,4 +162,23 @@ sentinels = Table(
     Column("after_trial", Integer),
     Column("cost_s", Float, nullable=False),
     Column("parts_json", Text, nullable=False),
+)
+
+
+# 0003: a bisect, the comparisons of which are experiments of their own.
+bisects = Table(
+    "bisects",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("plan_source", Text, nullable=False),
+    Column("plan_text", Text, nullable=False),
+    Column("good", Text, nullable=False),
+    Column("bad", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("started", Text, nullable=False),
+    Column("finished", Text),
+    Column("pid", Integer),
+    Column("owner", Text),
+    Column("state_json", Text, nullable=False),
 )
