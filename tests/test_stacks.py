@@ -219,6 +219,7 @@ def test_a_fuse_daemon_by_its_command_line_serves_the_layer_below(
             assert cmdline[:2] == [b"bindfs", b"-f"] and cmdline[3] == str(built.top).encode()
             assert (Path(cmdline[2].decode()) / "probe").read_text() == "through the daemon"  # below
         assert not Path(f"/proc/{daemon}").exists()
+    with scratch.directory("trials", "t2") as workdir:
         missing = _layers(
             [{"kind": "fuse-daemon", "command": ["/nonexistent/daemon", "{source}", "{target}"]}]
         )
