@@ -25,6 +25,7 @@ _OPTIONS = {
     "fscrypt": ', size = "32M"',
     "throttle": ', write_bps = "100M"',
     "limits": ", cpus = 1",
+    "fuse-daemon": ', command = ["bindfs", "-f", "{source}", "{target}"]',
 }
 
 

@@ -309,6 +309,7 @@ KIND_LAYERS = {
     "throttle": '{ kind = "throttle", write_bps = "500M" }',
     "overlay": '{ kind = "overlay" }',
     "fuse": '{ kind = "fuse" }',
+    "fuse-daemon": '{ kind = "fuse-daemon", command = ["bindfs", "-f", "{source}", "{target}"] }',
     "fuse-overlayfs": '{ kind = "fuse-overlayfs" }',
     "squashfs": '{ kind = "squashfs", content = "builtin:small-tree" }',
     "erofs": '{ kind = "erofs", content = "builtin:small-tree" }',
