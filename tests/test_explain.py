@@ -157,3 +157,14 @@ def test_a_stack_given_fewer_rounds_is_read_against_the_baselines_runs_beside_it
     (system,) = [m for m in result.moved if m.metric == "sys_s"]
     assert system.base == 1.02 and system.value == 2.01  # the medians over repetitions 0-4
     assert "system time x1.97 [" in result.line()
+
+
+def test_a_helper_both_sides_have_takes_over_nothing() -> None:
+    """Two builds of one FUSE daemon, the second sleeping before each write: the slower side's
+    CPU share falls and its daemon used 0.35 s of CPU, as the baseline's did; the time went to
+    waiting, not to the daemon's work."""
+    base = [(0.45 + d, 0.05, 0.10, 30.0, 10, 250, 9000, 5, 100, 1000) for d in (0, 0.02, 0.04, 0.06)]
+    slow = [(2.60 + d, 0.05, 0.10, 1.8, 10, 250, 9000, 5, 100, 1000) for d in (0, 0.02, 0.04, 0.06)]
+    for helper_of_base, reading in ((0.35, "waiting, not computing"), (0.0, "work moved to a helper daemon")):
+        result = _why(_runs("base", base, helper=helper_of_base) + _runs("slow", slow, helper=0.35), "slow")
+        assert result is not None and reading in result.line(), result.line()

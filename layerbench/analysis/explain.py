@@ -192,10 +192,14 @@ def why(
     helper = rows.get((stack, "helper_cpu_s"))
     if helper is not None and helper.median:
         result.helper_cpu_s = helper.median
+    # What a helper did beyond the baseline's own helper (two builds of one FUSE daemon both
+    # have one): only that can have taken the workload's work over.
+    base_helper = rows.get((baseline, "helper_cpu_s"))
+    grown = (result.helper_cpu_s or 0) - ((base_helper.median or 0) if base_helper is not None else 0)
     cpu = _moved(rows.get((stack, "cpu_pct")), rows.get((baseline, "cpu_pct")))
     if cpu is not None and cpu.ratio is not None:
         result.cpu = (cpu.base, cpu.value)
-        helped = (result.helper_cpu_s or 0) >= SMALL_SHARE * elapsed_change > 0
+        helped = grown >= SMALL_SHARE * elapsed_change > 0
         reading = BUSIER if cpu.up else (HANDED_OVER if helped else WAITING) if slower else LESS_CPU
         result.readings.append(reading)
     moved = [
