@@ -26,7 +26,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from layerbench.core.errors import UserError
-from layerbench.plan import DURATION_PATTERN, Name, expansion, parse_plan
+from layerbench.plan import DURATION_PATTERN, Name, expansion, parse_plan, read_plan_file
 from layerbench.plan import Plan as CheckedPlan
 from layerbench.stacks.base import load_kinds as load_layer_kinds
 
@@ -103,14 +103,7 @@ class BisectPlan:
 
     @classmethod
     def load(cls, path: str) -> "BisectPlan":
-        try:
-            text = Path(path).read_text()
-        except FileNotFoundError:
-            raise UserError(f"{path}: no such plan file") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a text file (a plan is TOML, UTF-8)") from None
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+        text = read_plan_file(path)
         # Stored with the bisect as an absolute path: its repository is found relative to
         # it, also by a resume from another directory.
         return cls(text, str(Path(path).resolve()))

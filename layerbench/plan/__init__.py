@@ -392,13 +392,16 @@ def load_plan(
     if path is None or path == DEFAULT_PLAN:
         text = resources.files("layerbench.plan").joinpath("default.toml").read_text()
         return parse_plan(text, DEFAULT_PLAN, quick=quick, reps=reps, budget=budget)
-    file = Path(path)
+    return parse_plan(read_plan_file(path), str(path), quick=quick, reps=reps, budget=budget)
+
+
+def read_plan_file(path: str) -> str:
+    """A plan file's text; one line naming it when it cannot be read."""
     try:
-        text = file.read_text()
+        return Path(path).read_text()
     except FileNotFoundError:
         raise UserError(f"{path}: no such plan file") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file (a plan is TOML, UTF-8)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_plan(text, str(path), quick=quick, reps=reps, budget=budget)
