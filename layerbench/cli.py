@@ -540,11 +540,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _report_bisect(store: Store, args: argparse.Namespace) -> int:
     if args.experiment is not None or args.what != "runs":
         raise UserError("report --bisect BISECT: give no experiment (and no --what)")
-    if args.format not in document.load_formats("bisect"):
-        raise UserError(
-            f"--format {args.format}: a bisect's report is one of "
-            + ", ".join(document.load_formats("bisect"))
-        )
+    if args.format not in (formats := document.load_formats("bisect")):
+        raise UserError(f"--format {args.format}: a bisect's report is one of {', '.join(formats)}")
     found = bisect_report.gather(store, args.bisect, str(args.db))
     if args.format == "text" and args.output is None:
         text_report.show(out, bisect_report.document(found))

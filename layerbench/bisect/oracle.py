@@ -43,8 +43,10 @@ class Comparisons:
         return step.verdict  # type: ignore[return-value]
 
     def _side(self, variant: BisectVariant) -> tuple[str, dict[str, object]] | None:
+        before = variant.build
         checkout = self.builds.checkout(variant)
-        self.save()  # how the build went
+        if variant.build != before:
+            self.save()  # how its build went
         if variant.build != "ok":
             return None
         values = next((v.set for v in self.plan.spec.variants or [] if v.name == variant.name), None)
@@ -88,8 +90,8 @@ class Comparisons:
         """The verdict from the candidate's elapsed-time row, as its look closed it."""
         store = self.session.store
         assert store is not None
-        runs = store.runs(experiment)
-        rows = sequential.elapsed_rows(store.experiment(experiment), runs)
+        runs, record = store.runs(experiment), store.experiment(experiment)
+        rows = sequential.elapsed_rows(record, runs)
         row = next((r for r in rows if r.stack == candidate and r.metric == sequential.METRIC), None)
         if row is None or row.ratio is None or row.ratio_ci_low is None or row.ratio_ci_high is None:
             failed = [r.error for r in runs if not r.ok and r.error]
@@ -104,7 +106,7 @@ class Comparisons:
             step.verdict = "not slower"
         else:
             step.verdict = "undecided"
-            stopped = sequential.STATE.read(store.experiment(experiment).facts)
+            stopped = sequential.STATE.read(record.facts)
             why = stopped.stopped if stopped is not None and stopped.stopped else "its budget spent"
             step.note = f"its interval holds x{threshold:.2f} after {row.n} repetitions ({why})"
 

@@ -26,9 +26,8 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from layerbench.core.errors import UserError
-from layerbench.plan import DURATION_PATTERN, Name, expansion, parse_plan, read_plan_file
+from layerbench.plan import DURATION_PATTERN, Name, expansion, layer_option_names, parse_plan, read_plan_file
 from layerbench.plan import Plan as CheckedPlan
-from layerbench.stacks.base import load_kinds as load_layer_kinds
 
 CHECKOUT = "{checkout}"
 
@@ -90,10 +89,8 @@ class BisectPlan:
         self.raw = raw
         self.stack = self._only("stack", self.spec.stack)
         self.workload = self._only("workload", self.spec.workload)
-        self.uses_checkout = CHECKOUT in tomli_w.dumps(
-            {"layers": self.raw["stacks"][self.stack].get("layers", [])}
-        )
-        if self.spec.repo is not None and not self.uses_checkout:
+        layers = self.raw["stacks"][self.stack].get("layers", [])
+        if self.spec.repo is not None and _replaced(layers, CHECKOUT, "") == layers:
             raise UserError(
                 f"{source}: stacks.{self.stack}: no layer option holds {CHECKOUT}, so every revision "
                 "would run the same stack; put the build's path in one (a FUSE daemon's command line)"
@@ -130,20 +127,12 @@ class BisectPlan:
     ) -> dict[str, Any]:
         """The bisected stack's table for one variant: its checkout put in, its values set."""
         table = _replaced(self.raw["stacks"][self.stack], CHECKOUT, checkout)  # a copy, in any case
-        kinds = load_layer_kinds()
-
-        def option_names(kind: str) -> list[str] | None:
-            known = kinds.get(kind)
-            return None if known is None else [k for k in known.Options.model_fields if k != "kind"]
-
         for path, value in (set_values or {}).items():
             try:
-                expansion.set_option(table, path, value, f"bisect.variants.{label}.set", option_names)
+                expansion.set_option(table, path, value, f"bisect.variants.{label}.set", layer_option_names)
             except ValueError as exc:
                 raise UserError(f"{self.source}: {exc}") from None
-        table.pop("sweep", None)
-        table.pop("incremental", None)
-        return table
+        return expansion.strip(table)
 
     def comparison(self, reference: tuple[str, dict[str, Any]], candidate: tuple[str, dict[str, Any]]) -> str:
         """The plan text of one comparison: (label, stack table) of each side."""

@@ -298,22 +298,24 @@ def _expand(shape: _PlanFile) -> expansion.Expanded:
     """The stacks as they run: sweeps and incremental stacks expanded (shape.stacks is
     replaced by them)."""
     layer_kinds = load_layer_kinds()
-
-    def option_names(kind: str) -> list[str] | None:
-        known = layer_kinds.get(kind)
-        return None if known is None else [k for k in known.Options.model_fields if k != "kind"]
-
     for name, spec in shape.stacks.items():
         if spec.limits is not None:
             _check_kind({"kind": "limits", **spec.limits}, layer_kinds, ("stacks", name, "limits"), "layer")
     expanded = expansion.expand(
-        {name: spec.model_dump(exclude_defaults=True) for name, spec in shape.stacks.items()}, option_names
+        {name: spec.model_dump(exclude_defaults=True) for name, spec in shape.stacks.items()},
+        layer_option_names,
     )
     shape.stacks = {
         name: StackSpec.model_validate(_limits_on_top(expansion.strip(table)))
         for name, table in expanded.stacks.items()
     }
     return expanded
+
+
+def layer_option_names(kind: str) -> list[str] | None:
+    """A layer kind's option names (None: no such kind), as an option path may name them."""
+    known = load_layer_kinds().get(kind)
+    return None if known is None else [k for k in known.Options.model_fields if k != "kind"]
 
 
 def _limits_on_top(table: dict[str, Any]) -> dict[str, Any]:
