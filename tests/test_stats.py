@@ -128,7 +128,8 @@ def test_equivalent_and_inconclusive() -> None:
     assert row.decision == "equivalent" and row.ratio_ci_low is not None and row.ratio_ci_high is not None
     # Beside the margin, how far either way the interval allows, read off the interval itself.
     slower, faster = row.ratio_ci_high - 1, 1 - row.ratio_ci_low
-    assert row.verdict == f"equivalent (within ±5%): at most {slower:.1%} slower, at most {faster:.1%} faster"
+    bound = f"at most {slower:.1%} slower, at most {faster:.1%} faster"
+    assert row.verdict == f"equivalent (within ±10%): {bound}"
     wide = _row([1.0, 1.3, 0.8, 1.2], [1.0, 0.9, 1.25, 0.85], paired=True)
     assert wide.decision == "inconclusive" and wide.verdict.startswith("inconclusive: [")
     assert "repetitions would decide it" in wide.verdict and wide.reps_to_decide and wide.reps_to_decide > 4

@@ -170,6 +170,7 @@ def test_the_stored_plan_reads_back_typed_and_an_older_one_with_its_defaults(sto
     not know is kept for the export, which adds none."""
     from layerbench import stats
     from layerbench.store import StoredPlan
+    from layerbench.store.records import LEGACY_EQUIVALENCE
 
     store = Store(store_location)
     stored = {
@@ -177,7 +178,7 @@ def test_the_stored_plan_reads_back_typed_and_an_older_one_with_its_defaults(sto
         "workloads": {"w": {"kind": "metadata", "files": 10}},
         "reps": 3,
         "order": "sequential",
-        "equivalence": 0.1,
+        "equivalence": 0.2,
         "run_options": {"quick": True, "reps": 3, "budget": None},
         "a_key_of_a_newer_version": [1, 2],
     }
@@ -189,10 +190,12 @@ def test_the_stored_plan_reads_back_typed_and_an_older_one_with_its_defaults(sto
         isinstance(plan, StoredPlan) and list(plan.stacks) == ["a", "b"] and plan.kind_of("w") == "metadata"
     )
     assert plan.run_options.quick and plan.run_options.reps == 3
-    assert stats.Design.of_plan(plan) == stats.Design(equivalence=0.1, paired=False)
+    assert stats.Design.of_plan(plan) == stats.Design(equivalence=0.2, paired=False)
     assert plan.model_dump(exclude_unset=True) == stored
     assert older.run_options.quick is False and older.reps == 0
-    assert stats.Design.of_plan(older) == stats.Design(paired=True) == stats.Design.of_plan(None)
+    # A results file that stores no margin was decided at the margin of its day, not today's.
+    assert stats.Design.of_plan(older) == stats.Design(equivalence=LEGACY_EQUIVALENCE, paired=True)
+    assert stats.Design.of_plan(None) == stats.Design(paired=True)
     assert older.model_dump(exclude_unset=True) == {
         "stacks": {"a": []},
         "workloads": {"w": {"kind": "extract"}},

@@ -113,8 +113,12 @@ def main() -> None:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--slower", type=int, action="append", default=[], help="a commit adding the delay")
     parser.add_argument("--faster", type=int, action="append", default=[], help="a commit taking it away")
+    parser.add_argument("--commits", type=int, default=COMMITS, help=f"how many (default {COMMITS})")
     args = parser.parse_args()
     slower = args.slower or ([] if args.faster else [11])
+    if not 2 <= args.commits <= 100 or any(not 0 < n < args.commits for n in slower + args.faster):
+        last = args.commits - 1
+        parser.error(f"--commits is 2 to 100, and each --slower or --faster a commit from 1 to {last}")
     if args.dest.exists():
         parser.error(f"{args.dest} exists; give a new directory")
     args.dest.mkdir(parents=True)
@@ -131,7 +135,7 @@ def main() -> None:
 
     git("init", "--quiet", "--initial-branch=main")
     delay = 0.0
-    for number in range(COMMITS):
+    for number in range(args.commits):
         if number in slower:
             delay, subject = DELAY_S, f"c{number:02d}: wait {DELAY_S * 1000:g} ms before each write"
         elif number in args.faster:
@@ -146,7 +150,7 @@ def main() -> None:
         git("commit", "--quiet", "-m", subject)
         git("tag", f"c{number:02d}")
     print(
-        f"{args.dest}: {COMMITS} commits, tagged c00 .. c{COMMITS - 1:02d}; "
+        f"{args.dest}: {args.commits} commits, tagged c00 .. c{args.commits - 1:02d}; "
         f"slower at {slower}, faster at {args.faster}"
     )
 

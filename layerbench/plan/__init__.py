@@ -65,7 +65,7 @@ class _PlanFile(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     alpha: float = Field(default=stats.ALPHA, gt=0, le=0.5)  # per family of comparisons
     correction: Literal["holm", "bh", "none"] = stats.CORRECTION
-    equivalence: float = Field(default=stats.EQUIVALENCE, ge=0, lt=1)  # a share: within +-5 %
+    equivalence: float = Field(default=stats.EQUIVALENCE, ge=0, lt=1)  # a share: 0.1 is within +-10 %
     # budget: a comparison closes once its interval lies wholly above or below 1 + threshold
     # (is it slower by more than that?) instead of once the two-sided test decides it.
     threshold: float | None = Field(default=None, gt=0, lt=10)

@@ -114,6 +114,11 @@ class RunOptions(BaseModel):
     budget: str | None = None
 
 
+# The margin a results file that does not store one was decided with (the default until
+# the default became stats.EQUIVALENCE).
+LEGACY_EQUIVALENCE = 0.05
+
+
 class StoredPlan(BaseModel):
     """The plan as an experiment ran it (plan.Plan.as_dict(), expanded: sweeps and
     increments made into stacks), read back typed. Not parsed again from its text: parsing
@@ -132,7 +137,7 @@ class StoredPlan(BaseModel):
     seed: int | None = None
     alpha: float = stats.ALPHA
     correction: str = stats.CORRECTION
-    equivalence: float = stats.EQUIVALENCE
+    equivalence: float = LEGACY_EQUIVALENCE
     stacks: dict[str, list[dict[str, JSON]]] = {}  # name -> its layers' options, bottom first
     workloads: dict[str, dict[str, JSON]] = {}  # name -> its options, "kind" among them
     run_options: RunOptions = RunOptions()

@@ -111,10 +111,11 @@ def test_the_commit_that_adds_a_delay_per_write_is_found(needs_root: None, tmp_p
 def test_a_history_that_goes_back_and_up_again_reports_each_step_and_resumes_after_kill_9(
     needs_root: None, tmp_path: Path
 ) -> None:
-    plan = _setup(tmp_path, "--slower", "5", "--faster", "9", "--slower", "13")
+    # 8 commits, not 16: three boundaries to find and confirm, each a step fewer.
+    plan = _setup(tmp_path, "--commits", "8", "--slower", "2", "--faster", "4", "--slower", "6")
     db, scratch = tmp_path / "r.db", TEST_ROOT / "bisect-back"
     child = start_cli(
-        "bisect", str(plan), "--good", "c00", "--bad", "c15", "--db", str(db), "--scratch", str(scratch)
+        "bisect", str(plan), "--good", "c00", "--bad", "c07", "--db", str(db), "--scratch", str(scratch)
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and child.poll() is None:
@@ -133,7 +134,7 @@ def test_a_history_that_goes_back_and_up_again_reports_each_step_and_resumes_aft
     assert resumed.returncode == 0, resumed.stderr
     status, state = _state(db)
     assert status == "done"
-    assert _found(state) == [(5, "slower", True), (9, "faster", True), (13, "slower", True)], state["steps"]
+    assert _found(state) == [(2, "slower", True), (4, "faster", True), (6, "slower", True)], state["steps"]
     assert state["steps"][: len(before)] == before, "a finished comparison was measured again"
     assert "the cost changed 3 times between the ends" in resumed.stdout
     assert leftovers(scratch) == []

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import TEST_ROOT, cli, leftovers
 
+from layerbench import stats
 from layerbench.scratch import placement
 from layerbench.scratch.placement import InodeGroups
 
@@ -114,7 +115,7 @@ def test_json_has_every_summary_and_every_run(experiment: dict[str, Path]) -> No
         else:
             assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
             assert 0 <= row["p_value"] <= row["p_adjusted"] <= 1
-            assert row["correction"] == "holm" and row["equivalence"] == 0.05 and row["method"]
+            assert row["correction"] == "holm" and row["equivalence"] == stats.EQUIVALENCE and row["method"]
             assert 0.95 <= row["ratio_ci_level"] < 1
             assert row["ci_level"] == {4: 0.875, 3: 0.75, 2: 0.5}[row["n"]]  # few runs: the range
             # No row's verdict disagrees with its interval.
