@@ -329,6 +329,8 @@ def summaries(
                 else:
                     entries.append(Entry(stack, workload, values, base_values))
         rows += compare_family(entries, metric, design)
+    for row in rows:  # the baseline's too, and a row too short to compare: the design they were read under
+        row.alpha, row.correction, row.equivalence = design.alpha, design.correction, design.equivalence
     # In the order the reports read them: workload, then stack, then metric.
     return sorted(
         rows, key=lambda r: (workloads.index(r.workload), stacks.index(r.stack), chosen.index(r.metric))
