@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """layerbench against the plain tools, side by side in one run.
 
-    python3 bench/run.py [--quick | --tiny] [--device memory|disk] [--scratch /var/tmp/layerbench-bench]
+    python3 bench/run.py [--quick | --tiny] [--device memory|disk] [--overhead] [--scratch DIR]
 
 Prints, as a Markdown table:
 - per-run overhead: the wall time layerbench records for a `command` workload of `true`
@@ -501,6 +501,9 @@ def main() -> int:
         help="where the like-for-like rows run: ext4 on a memory-backed loop device (default), "
         "or the scratch root's disk",
     )
+    parser.add_argument(
+        "--overhead", action="store_true", help="only the per-run overhead rows (about a minute)"
+    )
     args = parser.parse_args()
     for tool in ("fio", "tar", "dd"):
         if shutil.which(tool) is None:
@@ -515,9 +518,9 @@ def main() -> int:
         with Session(args.scratch / "runs", "bench/run.py") as session:
             machine = host.describe(session.scratch.root)
             rows += overhead(session, reps)
-            if args.device == "disk":
+            if args.device == "disk" and not args.overhead:
                 rows += like_for_like(session, mode)
-        if args.device == "memory":
+        if args.device == "memory" and not args.overhead:
             with (
                 memory_device(args.scratch, MEMORY_DEVICE[mode]) as device,
                 Session(device / "runs", "bench/run.py") as session,
@@ -526,7 +529,8 @@ def main() -> int:
     except UserError as exc:  # not root, the scratch root in use, leftovers that stay
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    rows += default_experiment(args.scratch, experiment)
+    if not args.overhead:
+        rows += default_experiment(args.scratch, experiment)
     for root in (args.scratch / "runs", args.scratch / "default"):
         # Each is a scratch root of its own; what is left is its marker, lock and no journal.
         if root.exists() and not (root / "journal.jsonl").exists():

@@ -197,3 +197,25 @@ def test_the_gate_costs_the_run_nothing_it_can_count(tmp_path: Path) -> None:
     # The gate's shell faults about 60 pages before it blocks; a second shell inside the
     # run faults at least as many again.
     assert counters.minflt < bare.minflt, (counters.minflt, bare.minflt)
+
+
+@pytest.mark.skipif(measure.GNU_TIME is None, reason="GNU time is not installed: there is no wrapper")
+def test_gnu_time_is_started_before_the_clock_and_only_the_command_is_execd_in_it(tmp_path: Path) -> None:
+    """At the gate GNU time already runs and has forked the gate: once the clock starts only
+    the command's exec remains (exec'ing GNU time there, after dropped caches, read its binary
+    from the disk in every run: about a millisecond)."""
+    from layerbench.linux import procfs
+
+    seen: dict[str, object] = {}
+
+    def at_gate() -> None:
+        (pid,) = seen["pid"]  # type: ignore[misc]
+        seen["exe"] = Path(f"/proc/{pid}/exe").resolve()
+        seen["children"] = procfs.children(pid)
+
+    counters = measure.run_timed(
+        ["true"], cwd=tmp_path, on_start=lambda pid: seen.setdefault("pid", (pid,)), at_gate=at_gate
+    )
+    assert counters.status == "ok" and counters.maxrss_kb > 0
+    assert seen["exe"] == Path(measure.GNU_TIME).resolve(), seen
+    assert len(seen["children"]) == 1, seen  # type: ignore[arg-type]

@@ -113,6 +113,14 @@ def ancestors(pid: int) -> set[int]:
     return found
 
 
+def children(pid: int) -> list[int]:
+    """The live children of a process's main thread (its task's `children` file), [] if gone."""
+    try:
+        return [int(found) for found in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below pid (children, their children...), parents first."""
     children: dict[int, list[int]] = {}
