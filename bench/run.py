@@ -67,6 +67,7 @@ from layerbench.linux import mounts, namespace, system  # noqa: E402
 from layerbench.observe import host, measure, warm_memory  # noqa: E402
 from layerbench.reports.base import ReportData  # noqa: E402
 from layerbench.session import Session  # noqa: E402
+from layerbench.stacks import image as image_layer  # noqa: E402
 from layerbench.stats import methods  # noqa: E402
 from layerbench.workloads import fio as fio_kind  # noqa: E402
 
@@ -83,8 +84,6 @@ MEMORY_DEVICE = {"full": "4G", "quick": "3G", "tiny": "512M"}
 LOOKS = {"full": 4, "quick": 4, "tiny": 1}
 OVERHEAD_GOAL_S = 0.002  # a run within 2 ms of the bare command (issue 25), its interval too
 OVERHEAD_GOAL_SHARE = 0.01
-# mkfs.ext4 as the image layer runs it (stacks/image.py): no lazy initialisation
-EXT4_EAGER = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
 RATIO_BAND = 0.03  # like for like: within 3 % of 1, either way
 ALPHA = 0.05  # the chance that a row's verdict is wrong, over all the looks at it
 
@@ -353,11 +352,11 @@ def fio_workload(session: Session, size: str, rounds: int, looks: int) -> list[l
                     held_warm(size_bytes) as warm,
                 ):
                     backing = work / "fs.img"
-                    with open(backing, "wb") as handle:
-                        handle.truncate(image)
                     # As the image layer makes it: inode tables and journal written now, not
                     # by the kernel's lazy-init thread during the timed job.
-                    subprocess.run(["mkfs.ext4", "-q", "-F", *EXT4_EAGER, str(backing)], check=True)
+                    image_layer.make_image(backing, image, preallocate=False)
+                    mkfs = ["mkfs.ext4", *image_layer.MKFS_ARGUMENTS["ext4"], str(backing)]
+                    subprocess.run(mkfs, check=True)
                     top = work / "top"
                     top.mkdir()
                     with scratch.mounted(str(backing), top, fstype="ext4", options=["loop"]):
@@ -478,9 +477,8 @@ def memory_device(under: Path, size: str) -> Iterator[Path]:
         # kernel hands free memory back to its hypervisor, and a page taken fresh in a timed
         # run would cost a host fault in that run (a sparse image let 512M writes run at
         # 550-2000 MB/s from one round to the next, on both sides alike).
-        with open(image, "wb") as handle:
-            os.posix_fallocate(handle.fileno(), 0, room)
-        system.run(["mkfs.ext4", "-q", "-F", *EXT4_EAGER, str(image)])
+        image_layer.make_image(image, room, preallocate=True)
+        system.run(["mkfs.ext4", *image_layer.MKFS_ARGUMENTS["ext4"], str(image)])
         mounts.mount(str(image), top, fstype="ext4", options=["loop"])
         stack.callback(mounts.unmount, top)
         yield top

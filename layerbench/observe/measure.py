@@ -422,8 +422,8 @@ class _Gated:
     def __init__(self, child: subprocess.Popen[bytes], wrapped: bool) -> None:
         self.child = child
         self.pid = child.pid
-        self.wrapped = wrapped
-        self.gate_pid = child.pid  # the wrapper's child once it is there (_wait_at_gate)
+        # The gate: the child itself, or the wrapper's child once it has forked it.
+        self.gate_pid: int | None = None if wrapped else child.pid
 
     @classmethod
     def spawn(
@@ -451,34 +451,30 @@ class _Gated:
                     os.sched_setaffinity(pid, cpus)
 
     def _pids(self) -> list[int]:
-        return [self.pid, self.gate_pid] if self.gate_pid != self.pid else [self.pid]
+        return list(dict.fromkeys(pid for pid in (self.pid, self.gate_pid) if pid is not None))
 
     def _wait_at_gate(self) -> None:
-        """Until the shell sleeps in its read (the wrapper's child, once it has forked it):
-        what they did before is all they will cost."""
+        """Until the shell sleeps in its read (found first, under a wrapper): what they did
+        before is all they will cost."""
         deadline = time.monotonic() + 10
-        while self.wrapped and self.gate_pid == self.pid and time.monotonic() < deadline:
-            if self.child.poll() is not None:
-                return
+        while self.gate_pid is None and self.child.poll() is None and time.monotonic() < deadline:
             if found := procfs.children(self.pid):
                 self.gate_pid = found[0]
             else:
                 time.sleep(0.0005)
-        while procfs.process_state(self.gate_pid) not in ("S", None) and time.monotonic() < deadline:
+        while (
+            self.gate_pid is not None
+            and procfs.process_state(self.gate_pid) not in ("S", None)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.0005)
 
     def cost_so_far(self) -> _GateCost:
         """What the wrapper and the gate used so far (wait4 on the wrapper counts both)."""
         pids = self._pids()
-        faults = [procfs.process_faults(pid) for pid in pids]
-        switches = [procfs.context_switches(pid) for pid in pids]
-        return _GateCost(
-            sum(procfs.cpu_ns(pid) for pid in pids) / 1e9,
-            sum(f[0] for f in faults),
-            sum(f[1] for f in faults),
-            sum(c[0] for c in switches),
-            sum(c[1] for c in switches),
-        )
+        minflt, majflt = map(sum, zip(*(procfs.process_faults(pid) for pid in pids), strict=True))
+        nvcsw, nivcsw = map(sum, zip(*(procfs.context_switches(pid) for pid in pids), strict=True))
+        return _GateCost(sum(procfs.cpu_ns(pid) for pid in pids) / 1e9, minflt, majflt, nvcsw, nivcsw)
 
     def release(self) -> None:
         assert self.child.stdin is not None

@@ -21,7 +21,9 @@ from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, P
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
 # thread that writes to the image during the timed runs.
 _EXT4_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
-_MKFS_ARGS = {
+# mkfs's own arguments per file system, as this layer runs it (bench/run.py makes its images
+# by hand the same way).
+MKFS_ARGUMENTS = {
     "ext4": ["-F", "-q", *_EXT4_DEFAULTS],
     "xfs": ["-f", "-q"],
     "btrfs": ["-f", "-q"],
@@ -80,7 +82,7 @@ class ImageOptions(LayerOptions):
 
     def mkfs_arguments(self) -> list[str]:
         """mkfs's arguments before the user's own mkfs_options."""
-        return [*_MKFS_ARGS[self.fs], *([] if self.journal else ["-O", "^has_journal"])]
+        return [*MKFS_ARGUMENTS[self.fs], *([] if self.journal else ["-O", "^has_journal"])]
 
     def fs_mount_options(self) -> list[str]:
         """The file system's mount options this layer's own keys add, then the user's."""
@@ -169,7 +171,7 @@ class ImageLayer(Layer[ImageOptionsT]):
         if not str(image).startswith(str(ctx.scratch.root) + "/"):
             raise UserError(f"refusing to make an image at {image}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-image")
-        _make_image(image, size, preallocate=options.preallocate)
+        make_image(image, size, preallocate=options.preallocate)
         # A world on the layer below is copied in by mkfs (untimed), so a read-only image
         # holds it as the seed's md image held the installed world.
         populate = []
@@ -240,7 +242,7 @@ class ImageLayer(Layer[ImageOptionsT]):
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)
 
 
-def _make_image(image: Path, size: int, *, preallocate: bool) -> None:
+def make_image(image: Path, size: int, *, preallocate: bool) -> None:
     with open(image, "wb") as handle:
         if preallocate:
             os.posix_fallocate(handle.fileno(), 0, size)

@@ -25,8 +25,9 @@ from layerbench.stats import family, intervals, methods
 ALPHA = 0.05
 CORRECTION: Final = "holm"  # Final: typed as the literal, one of the plan's choices
 # The default equivalence margin: within +-10 %. On a small shared VM a file system's runs
-# vary by 8-20 % each; +-5 % takes 60-200 paired repetitions there (docs/statistics.md,
-# "The margin"). Every verdict also prints the bound the data support, usually tighter.
+# vary by about 12 % each; +-5 % takes 44 paired repetitions there at a true ratio of 1 and
+# about 290 at 1.03, +-10 % 12 and 25 (docs/statistics.md, "The margin"). Every verdict also
+# prints the bound the data support, usually tighter.
 EQUIVALENCE = 0.10
 CONFIDENCE = intervals.CONFIDENCE
 NOISY_CV = 0.05
