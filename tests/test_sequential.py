@@ -108,6 +108,12 @@ def test_the_report_shows_each_comparison_as_its_look_closed_it(tmp_path: Path) 
     assert slow.decision == "slower" and slow.n == 5
     assert slow.ratio_ci_level is not None and slow.ratio_ci_level >= 1 - stats.ALPHA / stats.LOOKS
     assert vague.n > 5
+    # same was closed as equivalent at the first look by the two one-sided tests: its
+    # interval is theirs, at 1 - 2 alpha of the row's share of that look.
+    same = data.summary("same", "w", "wall_s")
+    assert same is not None and same.decision == "equivalent" and same.tested_alpha is not None
+    assert same.tested_alpha <= stats.ALPHA / stats.LOOKS
+    assert same.ratio_ci_level == pytest.approx(1 - 2 * same.tested_alpha)
     (note,) = [w for w in data.warnings if w.startswith("sequential:")]
     assert f"spent over at most {stats.LOOKS} looks" in note and "rounds stopped:" in note
     for name in reports.load_formats():

@@ -136,6 +136,24 @@ def test_equivalent_and_inconclusive() -> None:
     assert wide.bound and wide.bound.startswith("at most ") and "slower" in wide.bound
 
 
+def test_equivalence_is_the_two_one_sided_tests_and_shows_their_interval() -> None:
+    """Equivalent when the interval at 1 - 2 alpha (TOST) lies within the margin, even where
+    the test's own interval at 1 - alpha does not; the row shows the TOST interval at its
+    level, so the verdict agrees with the interval printed."""
+    log_ratios = 0.12 * np.array([-1.5, -0.5, 0.5, 1.5, -1, 1, 0, 0.2])
+    values, base = list(np.exp(log_ratios)), [1.0] * 8
+    row = _row(values, base, paired=True)
+    assert row.method == "signed-rank" and row.tested_alpha == stats.ALPHA
+    test_low, _, test_level = methods.signed_rank(log_ratios).interval(stats.ALPHA)
+    assert math.exp(test_low) < 1 - stats.EQUIVALENCE and test_level >= 1 - stats.ALPHA
+    tost_low, tost_high, tost_level = methods.signed_rank(log_ratios).interval(2 * stats.ALPHA)
+    assert row.decision == "equivalent"
+    assert (row.ratio_ci_low, row.ratio_ci_high) == (math.exp(tost_low), math.exp(tost_high))
+    assert row.ratio_ci_level == tost_level and 1 - 2 * stats.ALPHA <= tost_level < test_level
+    wider = _row(list(np.exp(log_ratios * 1.1)), base, paired=True)
+    assert wider.decision == "inconclusive" and wider.ratio_ci_level == pytest.approx(test_level)
+
+
 def test_median_interval_states_the_level_it_has() -> None:
     assert intervals.median_interval(np.array([3.0, 1, 2]))[2] == pytest.approx(0.75)
     low, high, level = intervals.median_interval(np.array([5.0, 1, 4, 2, 3]))

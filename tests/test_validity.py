@@ -63,12 +63,14 @@ def test_selftest_passes_and_prints_each_check(needs_root: None, scratch_root: s
 def test_the_sequential_simulation_fails_a_design_that_looks_at_full_alpha(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each look at the whole alpha (no share): the false-alarm check must catch it (17 %
-    of A/A experiments had one here); the design as built passes the same study."""
+    """Each look at the whole alpha (no share): the false-alarm check must catch it (17.3 %
+    of A/A experiments had one here); the design as built passes the same study. At this
+    VM's own noise (12 % a run) every experiment takes all its looks; at 5 % most
+    comparisons close as equivalent at the first looks, and the bad design hid (8.7 %)."""
     from layerbench.selftest import sequential_check
     from layerbench.stats import sequential
 
-    own_noise = sequential_check.NOISES[:1]
+    own_noise = (sequential_check.Noise("each run's own noise 12 %", 0.0, 0.12),)
     assert all(c.passed for c in sequential_check.checks(150, noises=own_noise))
     monkeypatch.setattr(sequential.State, "alpha_per_look", property(lambda state: state.alpha))
     (alarms, *_) = sequential_check.checks(150, noises=own_noise)

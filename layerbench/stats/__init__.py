@@ -25,9 +25,10 @@ from layerbench.stats import family, intervals, methods
 ALPHA = 0.05
 CORRECTION: Final = "holm"  # Final: typed as the literal, one of the plan's choices
 # The default equivalence margin: within +-10 %. On a small shared VM a file system's runs
-# vary by about 12 % each; +-5 % takes 44 paired repetitions there at a true ratio of 1 and
-# about 290 at 1.03, +-10 % 12 and 25 (docs/statistics.md, "The margin"). Every verdict also
-# prints the bound the data support, usually tighter.
+# vary by about 12 % each; there the two one-sided tests at a budget's later looks reach +-5 %
+# after 41 paired repetitions at a true ratio of 1 and about 240 at 1.03, +-10 % after 14 and
+# 24 (docs/statistics.md, "The margin"). Every verdict also prints the bound the data
+# support, usually tighter.
 EQUIVALENCE = 0.10
 CONFIDENCE = intervals.CONFIDENCE
 NOISY_CV = 0.05
@@ -103,6 +104,7 @@ class Summary:
     # holds every baseline run, more than a stack given fewer rounds was measured beside.
     reference_median: float | None = None
     reps_to_decide: int | None = None  # inconclusive: about this many repetitions would decide
+    tested_alpha: float | None = None  # the row's own alpha, after the correction
     bound: str | None = None  # not significant: how far either way the interval allows
 
     @property
@@ -214,36 +216,47 @@ def _exp(value: float) -> float:
 
 
 def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, design: Design) -> None:
-    """Fill in the comparison: the interval at the row's own level, and the verdict."""
+    """Fill in the comparison: the interval at the row's own level, and the verdict.
+
+    Equivalence is the two one-sided tests (TOST) at the row's alpha: the layer costs less
+    than the margin either way when the interval at 1 - 2 alpha lies within it, and that
+    interval is the one an equivalent row shows, at its own level. A false "equivalent"
+    needs one of the two one-sided tests to err, each at most alpha, on the side the truth
+    lies beyond."""
     low, high, level = fit.interval(alpha)
     row.ratio, row.ratio_ci_low, row.ratio_ci_high = _exp(fit.estimate), _exp(low), _exp(high)
     row.ratio_ci_level, row.method, row.p_value, row.p_adjusted = level, fit.method, fit.p_value, p_adjusted
     row.correction, row.equivalence, row.alpha = design.correction, design.equivalence, design.alpha
+    row.tested_alpha = alpha
     margin = design.equivalence
     if low > 0 or high < 0:
         row.decision = _direction(row.metric, fit.estimate)
         row.verdict = row.decision
-    elif fit.floor > alpha:
+        return
+    if fit.floor > alpha:
         row.decision = "undecidable"
         row.verdict = f"undecidable with {row.n} repetitions"
-    elif margin > 0 and 1 - margin <= row.ratio_ci_low and row.ratio_ci_high <= 1 + margin:
+        return
+    tost_low, tost_high, tost_level = fit.interval(min(1.0, 2 * alpha))
+    if margin > 0 and 1 - margin <= _exp(tost_low) and _exp(tost_high) <= 1 + margin:
+        row.ratio_ci_low, row.ratio_ci_high, row.ratio_ci_level = _exp(tost_low), _exp(tost_high), tost_level
         row.decision = "equivalent"
         row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
         row.verdict = f"equivalent (within ±{margin:.0%}): {row.bound}"
+        return
+    row.decision = "inconclusive"
+    row.reps_to_decide = reps_to_decide(row.n, fit.estimate, (low, high), (tost_low, tost_high), margin)
+    row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
+    wider = f"wider than ±{margin:.0%}" if margin > 0 else "includes 1"
+    # "about N" is said where the simulation shows it holds (prediction_check.py: N
+    # decides at least half the time); at the cap it would be a guess.
+    if row.reps_to_decide and row.reps_to_decide < MAX_REPS_SUGGESTED:
+        more = f"about {row.reps_to_decide} repetitions would decide it"
+    elif row.reps_to_decide:
+        more = f"more than {MAX_REPS_SUGGESTED:,} repetitions would be needed"
     else:
-        row.decision = "inconclusive"
-        row.reps_to_decide = reps_to_decide(row.n, fit.estimate, low, high, margin)
-        row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
-        wider = f"wider than ±{margin:.0%}" if margin > 0 else "includes 1"
-        # "about N" is said where the simulation shows it holds (prediction_check.py: N
-        # decides at least half the time); at the cap it would be a guess.
-        if row.reps_to_decide and row.reps_to_decide < MAX_REPS_SUGGESTED:
-            more = f"about {row.reps_to_decide} repetitions would decide it"
-        elif row.reps_to_decide:
-            more = f"more than {MAX_REPS_SUGGESTED:,} repetitions would be needed"
-        else:
-            more = "more repetitions needed"
-        row.verdict = f"inconclusive: [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] is {wider}, {more}"
+        more = "more repetitions needed"
+    row.verdict = f"inconclusive: [{row.ratio_ci_low:.2f}-{row.ratio_ci_high:.2f}] is {wider}, {more}"
 
 
 def _bound(metric: str, low: float, high: float) -> str:
@@ -260,16 +273,25 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
 
 
-def reps_to_decide(n: int, estimate: float, low: float, high: float, margin: float) -> int | None:
-    """Half-widths shrink as 1/sqrt(n): the n at which the interval would clear 1 or fit in
-    the margin, whichever comes first. None when unbounded."""
-    half = (high - low) / 2
-    if not math.isfinite(half) or half <= 0:
-        return None
-    room = max(abs(estimate), math.log1p(margin) - abs(estimate) if margin > 0 else 0.0)
-    if room <= 0:
+def reps_to_decide(
+    n: int, estimate: float, test: tuple[float, float], tost: tuple[float, float], margin: float
+) -> int | None:
+    """Half-widths shrink as 1/sqrt(n): the n at which the test's interval would clear 1 or
+    the two one-sided tests' interval fit in the margin, whichever comes first. None when
+    unbounded."""
+    aims = [(test, abs(estimate))]  # the test's interval clears 1
+    if margin > 0:
+        aims.append((tost, math.log1p(margin) - abs(estimate)))  # or the TOST interval fits
+    needed = []
+    for (low, high), room in aims:
+        half = (high - low) / 2
+        if not math.isfinite(half) or half <= 0:
+            return None
+        if room > 0:
+            needed.append(math.ceil(n * (half / room) ** 2))
+    if not needed:
         return MAX_REPS_SUGGESTED
-    return min(MAX_REPS_SUGGESTED, max(n + 1, math.ceil(n * (half / room) ** 2)))
+    return min(MAX_REPS_SUGGESTED, max(n + 1, min(needed)))
 
 
 def _pairs(
@@ -425,6 +447,6 @@ def design_note(rows: list[Summary]) -> str | None:
     return (
         f"Verdicts: {', '.join(used)} on log ratios{assumption}; {families} elapsed-time comparisons, "
         f"{correction} correction, alpha {compared[0].alpha:g} per family; each interval is drawn at the "
-        f"level its verdict was decided at; equivalent means the interval lies within "
-        f"±{compared[0].equivalence:.0%}."
+        f"level its verdict was decided at; equivalent means the two one-sided tests' interval (its "
+        f"level 1 - 2 alpha) lies within ±{compared[0].equivalence:.0%}."
     )

@@ -208,7 +208,10 @@ def summaries(
     if state is None or not state.looks:
         return rows
     decided: dict[tuple[str, str], stats.Summary] = {}
-    spent: dict[tuple[str, str], float] = {}  # each comparison's miss chance, summed over its looks
+    # Each comparison's miss chance summed over its looks: of the test's intervals, and of the
+    # two one-sided tests' (an equivalent row shows one of the latter).
+    spent: dict[tuple[str, str], float] = {}
+    spent_tost: dict[tuple[str, str], float] = {}
     for number, taken in enumerate(state.looks, start=1):
         seen = set(taken.trials)
         at = stats.Design(taken.alpha, design.correction, design.equivalence, design.paired)
@@ -218,14 +221,18 @@ def summaries(
             pair = (row.stack, row.workload)
             if row.stack == baseline or pair in decided:
                 continue
-            spent[pair] = spent.get(pair, 0.0) + 1 - (row.ratio_ci_level or 1.0)
+            missed = 1 - (row.ratio_ci_level or 1.0)
+            spent[pair] = spent.get(pair, 0.0) + missed
+            tost = missed if row.decision == "equivalent" else 2 * (row.tested_alpha or missed)
+            spent_tost[pair] = spent_tost.get(pair, 0.0) + min(1.0, tost)
             if pair in taken.closed or last:
                 decided[pair] = row
     for pair, row in decided.items():
         # The interval shown is one of those drawn at each look the comparison was open: it
         # misses the truth only if one of them did, so its level is what all of them spent.
         if row.ratio_ci_level is not None:
-            row.ratio_ci_level = max(0.0, 1 - spent[pair])
+            used = spent_tost if row.decision == "equivalent" else spent
+            row.ratio_ci_level = max(0.0, 1 - used[pair])
     return [
         decided.get((row.stack, row.workload), row) if row.metric == METRIC and row.stack != baseline else row
         for row in rows
