@@ -68,3 +68,16 @@ def test_paths_under_the_guests_own_tmpfs_are_hidden_from_it(tmp_path: Path) -> 
     # The init script mounts exactly these over the host's root in the guest.
     script = Path(kernel.__file__).read_text()
     assert "mount -t tmpfs tmp /newroot/tmp" in script and "mount -t tmpfs run /newroot/run" in script
+
+
+def test_the_guest_loads_every_kernel_module_a_layer_kind_needs() -> None:
+    """A layer above a vm layer is built on the guest's kernel, which has only what its init
+    loads: each module a layer kind names is among them, and the guest's kernel has it."""
+    from layerbench.stacks.base import load_kinds
+
+    needed = {module for kind in load_kinds().values() for module in kind.kernel_modules}
+    assert needed and needed <= set(kernel.WANTED_MODULES)
+    cached = sorted(kernel.cache_dir().glob("*/tree/lib/modules/*"))
+    if cached:  # the guest's kernel is fetched by a vm run; module_order raises for a missing one
+        order = {kernel._module_name(p) for p in kernel.module_order(cached[-1])}
+        assert needed <= order | kernel._builtin(cached[-1])

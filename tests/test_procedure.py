@@ -67,3 +67,26 @@ def test_a_guest_answer_carries_the_whole_result_through_json(tmp_path: Path) ->
     answer = GuestAnswer(result=result, phases={"prepared_s": 1.5}, devices=["vda"])
     back = GuestAnswer.model_validate_json(answer.model_dump_json())
     assert back.result == result and isinstance(back.result.counters, measure.RunCounters)
+
+
+def test_a_layers_step_before_the_run_comes_after_the_prepare_and_before_the_timing(tmp_path: Path) -> None:
+    """lvm-thin's snapshot: taken once the workload has written what it prepares, before the
+    run is timed; its facts are the run's."""
+    order: list[str] = []
+
+    def snapshot() -> dict[str, object]:
+        order.append("before_run")
+        return {"thin_snapshot": "vg/snapshot of vg/volume"}
+
+    def timed(prepared: Prepared) -> measure.RunCounters:
+        order.append("timed")
+        return measure.failed("unused")
+
+    stack = BuiltStack(tmp_path, [Exposed(tmp_path, before_run=[snapshot])])
+    ctx = BuildContext(scratch=None, workdir=tmp_path)  # type: ignore[arg-type]
+    with contextlib.ExitStack() as resources:
+        result = procedure.run_on_top(
+            _Job(WorkloadOptions(kind="test-job"), "j"), ctx, stack, resources, timed, order.append
+        )
+    assert order == ["prepare", "before_run", "timed", "run"]
+    assert result.facts["thin_snapshot"] == "vg/snapshot of vg/volume"

@@ -231,3 +231,51 @@ def test_a_fuse_daemon_by_its_command_line_serves_the_layer_below(
     with pytest.raises(UserError, match=r'names no mount point: one argument must hold "\{target\}"'):
         _layers([{"kind": "fuse-daemon", "command": ["bindfs", "-f", "{source}"]}])
     assert scratch.journal.pending() == []
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"cipher": "aes xts"}, "is not a cipher spec"),
+        ({"size": "48M"}, "at least 64M"),
+        ({"key_size": 384}, "128, 256 or 512"),
+        ({"sector_size": 8192}, "512, 1024, 2048 or 4096"),
+    ],
+)
+def test_dm_crypt_options_out_of_range_are_refused(options: dict[str, object], said: str) -> None:
+    from pydantic import ValidationError
+
+    from layerbench.stacks.dm_crypt import DmCryptOptions
+
+    with pytest.raises(ValidationError) as caught:
+        DmCryptOptions.model_validate({"kind": "dm-crypt", **options})
+    assert said in str(caught.value)
+
+
+def test_a_layer_above_a_vm_is_checked_for_programs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dm-crypt needs device-mapper: on a host whose kernel lacks it, the layer is refused
+    with where it can run; above a vm layer its kernel is the guest's, which loads it."""
+    from layerbench.linux import procfs
+    from layerbench.stacks.dm_crypt import DmCryptLayer, DmCryptOptions
+
+    options = DmCryptOptions.model_validate({"kind": "dm-crypt"})
+    monkeypatch.setattr(procfs, "kernel_has_module", lambda name: False)
+    lacks = DmCryptLayer.missing(options)
+    assert lacks and lacks[-1].startswith("the kernel module dm_crypt, which this host's kernel lacks")
+    assert "above a vm layer" in lacks[-1]
+    assert not [lack for lack in DmCryptLayer.missing(options, guest=True) if "kernel" in lack]
+    monkeypatch.setattr(procfs, "kernel_has_module", lambda name: True)
+    assert not [lack for lack in DmCryptLayer.missing(options) if "kernel" in lack]
+
+
+def test_device_mapper_mappings_are_removed_after_mounts_and_before_loop_devices() -> None:
+    from layerbench.linux import devmapper
+    from layerbench.scratch import resources
+
+    phases = {name: kind.phase for name, kind in resources.KINDS.items()}
+    assert phases["mount"] < phases["dm"] < phases["loop"]
+    # Named after the scratch root: another root's mappings never match its prefix.
+    mine = devmapper.mapping_name(Path("/var/tmp/a"), "t1-L1")
+    assert mine.startswith(devmapper.prefix_of(Path("/var/tmp/a")))
+    assert not mine.startswith(devmapper.prefix_of(Path("/var/tmp/b")))
+    assert len(devmapper.mapping_name(Path("/" + "x" * 300), "t" * 40)) < 128  # dm's limit

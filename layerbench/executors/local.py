@@ -120,9 +120,12 @@ class LocalExecutor(Executor):
         if os.geteuid() != 0:
             raise UserError("layerbench needs root to mount file systems and drop caches; run it as root")
         for stack, layers in plan.stacks.items():
+            in_guest = False  # above a vm layer: built in its guest, on the guest's kernel
             for options in layers:
-                if lacks := LAYER_KINDS[options.kind].missing(options):
+                kind = LAYER_KINDS[options.kind]
+                if lacks := kind.missing(options, guest=in_guest):
                     raise UserError(f"stack {stack}: layer {options.kind} needs {lacks[0]}")
+                in_guest = in_guest or kind.hosts_layers_above
             for layer in make_layers(layers):
                 if refusal := layer.refusal(self.allowed_devices, self.force):
                     raise UserError(f"stack {stack}: {refusal}")

@@ -43,6 +43,7 @@ def run_prepared(
 ) -> RunResult:
     """The rest of the procedure on a prepared stack: drop the caches, run with timed,
     collect (a kept stack, prepared once, runs each repetition from here)."""
+    prepared.facts.update(built.before_run())
     if prepared.drop_caches:
         measure.drop_caches()
     counters = timed(prepared)

@@ -37,6 +37,14 @@ WANTED_MODULES = (
     "overlay",
     "virtio_scsi",
     "sd_mod",
+    # dm-crypt's: device-mapper, the crypt target, XTS, and the kernel's crypto API for
+    # programs (cryptsetup encrypts its key slots through it)
+    "dm_mod",
+    "dm_crypt",
+    "xts",
+    "algif_skcipher",
+    "dm_thin_pool",  # lvm-thin's, and the snapshot target LVM asks for before a thin snapshot
+    "dm_snapshot",
 )
 # A stock kernel; the cloud flavour lacks 9p, rt and dbg are not what a guest runs.
 _IMAGE_NAME = re.compile(r"^linux-image-(\d[\w.+~]*-amd64)$")

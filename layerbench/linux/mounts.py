@@ -139,8 +139,9 @@ def wait_loop_released(name: str, backing: Path, timeout: float = 10.0) -> bool:
 
 def devices_under(path: str | os.PathLike[str], _depth: int = 0) -> list[str]:
     """Every block device whose I/O serves files at path: the fs's device, and for a
-    loop device the devices under its backing file, and for overlayfs those under its
-    upper and lower dirs. Ordered top first, without duplicates."""
+    loop device the devices under its backing file, for a device-mapper or md device the
+    devices it is made of (its slaves), and for overlayfs those under its upper and lower
+    dirs. Ordered top first, without duplicates."""
     if _depth > 8:
         return []
     entry = mount_of(path)
@@ -149,13 +150,7 @@ def devices_under(path: str | os.PathLike[str], _depth: int = 0) -> list[str]:
     if name is None and entry.source.startswith("/dev/"):
         name = os.path.basename(os.path.realpath(entry.source))
     if name and Path("/sys/class/block", name).exists():
-        found.append(name)
-        if name.startswith("loop"):
-            backing = loop_backing_file(name)
-            if backing:
-                found += devices_under(os.path.dirname(backing), _depth + 1)
-        elif whole_disk(name) != name:
-            found.append(whole_disk(name))
+        found += _device_and_below(name, _depth)
     elif entry.fstype == "overlay":
         for option in entry.options.split(","):
             key, _, value = option.partition("=")
@@ -163,6 +158,21 @@ def devices_under(path: str | os.PathLike[str], _depth: int = 0) -> list[str]:
                 for directory in value.split(":"):
                     found += devices_under(directory, _depth + 1)
     return list(dict.fromkeys(found))
+
+
+def _device_and_below(name: str, depth: int) -> list[str]:
+    found = [name]
+    slaves = sorted(path.name for path in Path("/sys/class/block", name, "slaves").glob("*"))
+    if name.startswith("loop"):
+        backing = loop_backing_file(name)
+        if backing:
+            found += devices_under(os.path.dirname(backing), depth + 1)
+    elif slaves and depth < 8:
+        for slave in slaves:
+            found += _device_and_below(slave, depth + 1)
+    elif whole_disk(name) != name:
+        found.append(whole_disk(name))
+    return found
 
 
 def has_journal(source: str) -> bool | None:

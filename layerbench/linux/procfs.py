@@ -165,6 +165,15 @@ def _has_module(name: str) -> bool:
     return f"/{name}.ko" in modules or Path(f"/sys/module/{name}").is_dir()
 
 
+def kernel_has_module(name: str) -> bool:
+    """The kernel has the module name (as /sys/module spells it, dm_crypt): loaded, built in,
+    or installed, whichever of - and _ its file is named with."""
+    return (
+        any(_has_module(spelled) for spelled in {name, name.replace("_", "-")})
+        or Path(f"/sys/module/{name.replace('-', '_')}").is_dir()
+    )
+
+
 def kernel_has_filesystem(fs: str) -> bool:
     """The kernel can mount fs: registered now, or a module not loaded yet (those mount fine)."""
     return fs in filesystems() or _has_module(fs)

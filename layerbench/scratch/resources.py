@@ -7,7 +7,7 @@ when its caller died and landed after the caller's journal was read.
 
 Teardown order (phase): processes first (a live daemon keeps a mount busy and a dead
 run's namespace alive; a dying child may still finish a mount), then mounts, deepest
-first, then control groups, loop devices and, last, paths."""
+first, then control groups, device-mapper mappings, loop devices and, last, paths."""
 
 import concurrent.futures
 import contextlib
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from layerbench.core.errors import SetupError, UserError
-from layerbench.linux import cgroups, mounts, procfs, system
+from layerbench.linux import cgroups, devmapper, mounts, procfs, system
 from layerbench.scratch.journal import Resource
 from layerbench.scratch.policy import inside
 
@@ -292,6 +292,26 @@ class CgroupKind(ResourceKind):
                 recovery.problems.append(str(exc))
 
 
+class DeviceMapperKind(ResourceKind):
+    """Device-mapper mappings (a dm-crypt layer's), named after the root: after the mounts
+    on them, before the loop devices under them."""
+
+    name, phase = "dm", 35
+
+    def recover(self, resource: Resource, recovery: Recovery) -> None:
+        # The target names a prefix: a dm-crypt layer's one mapping, or an LVM volume group's.
+        for name in devmapper.remove_all(Path(resource.target).name):
+            recovery.removed.append(f"removed the device-mapper mapping {name}")
+
+    def sweep(self, recovery: Recovery) -> None:
+        for name in devmapper.mappings_of(recovery.root):
+            try:
+                if devmapper.remove_all(name):
+                    recovery.removed.append(f"removed the device-mapper mapping {name} (not in the journal)")
+            except SetupError as exc:
+                recovery.problems.append(str(exc))
+
+
 class LoopKind(ResourceKind):
     """Loop devices over image files in the root. mount -o loop detaches its device by
     itself, but a killed run's namespace is torn down asynchronously: give the kernel a
@@ -359,7 +379,16 @@ class PathKind(ResourceKind):
 
 KINDS: dict[str, ResourceKind] = {
     kind.name: kind
-    for kind in (GroupKind(), ProcessKind(), MountKind(), CgroupKind(), LoopKind(), SettingKind(), PathKind())
+    for kind in (
+        GroupKind(),
+        ProcessKind(),
+        MountKind(),
+        CgroupKind(),
+        DeviceMapperKind(),
+        LoopKind(),
+        SettingKind(),
+        PathKind(),
+    )
 }
 
 

@@ -13,7 +13,7 @@ from typing import TextIO
 import layerbench.scratch.resources as resources
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
-from layerbench.linux import cgroups, mounts, procfs, system
+from layerbench.linux import cgroups, devmapper, mounts, procfs, system
 from layerbench.scratch import placement
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
@@ -256,6 +256,21 @@ class Scratch:
         finally:
             with contextlib.suppress(SetupError):
                 system.run(["losetup", "--detach", device])
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def dm_mappings(self, label: str, create: Callable[[str], str], *, lvm: bool = False) -> Iterator[str]:
+        """Device-mapper mappings named after this root: create(name) makes them (a dm-crypt
+        mapping of that name, or an LVM volume group of that name and its volumes) and returns
+        the device to use; every mapping whose name starts so is removed on the way out, and
+        found again by clean. Yields what create returned."""
+        name = devmapper.mapping_name(self.root, label)
+        prefix = devmapper.lvm_mapping_prefix(name) if lvm else name
+        ident = self.journal.add("dm", Path("/dev/mapper", prefix))
+        try:
+            yield create(name)
+        finally:
+            devmapper.remove_all(prefix)
             self.journal.done(ident)
 
     @contextlib.contextmanager

@@ -53,6 +53,9 @@ class Exposed:
     # Read after each timed run: facts only this layer knows about it (a limits group's
     # peak memory), stored with the run.
     run_facts: list[Callable[[], dict[str, object]]] = field(default_factory=list)
+    # Called once the workload is prepared, before the caches are dropped and the run is
+    # timed (an LVM snapshot of what the preparation wrote); their facts are stored with the run.
+    before_run: list[Callable[[], dict[str, object]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,11 @@ class Layer(ABC, Generic[OptionsT]):
     summary: ClassVar[str] = ""
     tools: ClassVar[tuple[str, ...]] = ()  # external commands it runs
     filesystems: ClassVar[tuple[str, ...]] = ()  # kernel file systems it needs
+    # Kernel modules it needs (as /sys/module names them); a vm layer's guest loads them at boot
+    # (guest/kernel.py), so a layer above one can need what the host's kernel lacks.
+    kernel_modules: ClassVar[tuple[str, ...]] = ()
+    # It runs the layers above it elsewhere (a vm layer's guest): their kernel is not this one.
+    hosts_layers_above: ClassVar[bool] = False
     # Its files live in memory pages (4 KiB each), not in a page cache of large folios: what
     # a run writes on it is held warm in small pages (warm_memory.py).
     small_pages: ClassVar[bool] = False
@@ -114,16 +122,26 @@ class Layer(ABC, Generic[OptionsT]):
         self.index = index  # position in the stack, bottom = 0
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        """What this host lacks for this layer, as install hints; empty if it can run."""
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        """What this host lacks for this layer, as install hints; empty if it can run. guest:
+        the layer is built inside a vm layer's guest, which runs this host's programs on its
+        own kernel: only the programs are this host's to check."""
         wanted = list(cls.tools) + list(cls.extra_tools(options))
         lacks = [
             f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
             for tool in wanted
             if system.tool_path(tool) is None
         ]
+        if guest:
+            return lacks
         lacks += [
             f"kernel file system {fs}" for fs in cls.filesystems if not procfs.kernel_has_filesystem(fs)
+        ]
+        lacks += [
+            f"the kernel module {module}, which this host's kernel lacks (a layer above a vm layer is "
+            "built in its guest, whose kernel has it)"
+            for module in cls.kernel_modules
+            if not procfs.kernel_has_module(module)
         ]
         return lacks
 
@@ -205,6 +223,13 @@ class BuiltStack:
         for exposed in self.layers:
             for read in exposed.run_facts:
                 found |= read()
+        return found
+
+    def before_run(self) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for exposed in self.layers:
+            for step in exposed.before_run:
+                found |= step()
         return found
 
     @property

@@ -147,9 +147,10 @@ class FscryptLayer(ImageLayer[FscryptOptions]):
     filesystems = ("ext4",)
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        lacks = super().missing(options)
-        if procfs.kernel_has_filesystem("ext4") and not Path("/sys/fs/ext4/features/encryption").exists():
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        lacks = super().missing(options, guest=guest)
+        encryption = Path("/sys/fs/ext4/features/encryption")
+        if not guest and procfs.kernel_has_filesystem("ext4") and not encryption.exists():
             lacks.append("ext4 encryption in the kernel (CONFIG_FS_ENCRYPTION)")
         return lacks
 

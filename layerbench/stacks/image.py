@@ -119,10 +119,10 @@ class ImageLayer(Layer[ImageOptionsT]):
         return (f"mkfs.{fs}",)
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        lacks = super().missing(options)
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        lacks = super().missing(options, guest=guest)
         scheduler = getattr(options, "scheduler", None)
-        if scheduler and not procfs.kernel_has_scheduler(scheduler):
+        if scheduler and not guest and not procfs.kernel_has_scheduler(scheduler):
             offered = ", ".join(procfs.loop_schedulers() or [])
             lacks.append(
                 f"the I/O scheduler {scheduler!r}, which this kernel lacks (a loop device offers {offered})"

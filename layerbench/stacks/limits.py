@@ -105,8 +105,10 @@ class LimitsLayer(Layer[LimitsOptions]):
     summary = "fewer CPUs and less memory for the workload (a cpuset and a memory control group)"
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        lacks = []
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        lacks: list[str] = []
+        if guest:
+            return lacks  # the guest's control groups are its own
         wanted = options if isinstance(options, LimitsOptions) else None
         if wanted is None or wanted.cpus or wanted.cpu_list:
             if _controller("cpuset") is None:

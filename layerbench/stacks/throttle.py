@@ -73,8 +73,8 @@ class ThrottleLayer(Layer[ThrottleOptions]):
     summary = "limits bandwidth/IOPS of the block device below (cgroup blkio or io.max)"
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        if cgroups.io_hierarchy() is None:
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        if not guest and cgroups.io_hierarchy() is None:
             return ["a cgroup v1 blkio or cgroup v2 io controller (mount the cgroup file system)"]
         return []
 

@@ -54,14 +54,15 @@ class VmLayer(Layer[VmOptions]):
     summary = "a qemu guest (microvm) on an image file of the layer below; layers above run inside"
     tools = ("qemu-system-x86_64", "busybox", "apt-get", "dpkg")
     keepable = False  # each trial boots a fresh guest
+    hosts_layers_above = True
 
     @classmethod
     def extra_tools(cls, options: object) -> tuple[str, ...]:
         return (f"mkfs.{getattr(options, 'fs', 'ext4')}",)
 
     @classmethod
-    def missing(cls, options: LayerOptions | None = None) -> list[str]:
-        lacks = super().missing(options)
+    def missing(cls, options: LayerOptions | None = None, *, guest: bool = False) -> list[str]:
+        lacks = super().missing(options, guest=guest)
         if lacks or not isinstance(options, VmOptions):  # None: the kind alone (layerbench list)
             return lacks
         problem = machine.unseen_in_guest()

@@ -1,0 +1,158 @@
+"""Layers this host's kernel lacks, built inside a vm layer's guest: dm-crypt for real (LUKS2
+on a loop device in the guest, a random key, its mapping's counters), a cipher the guest's
+kernel lacks as a failed run with cryptsetup's reason, and nothing left behind."""
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import TEST_ROOT, cli, leftovers, start_cli, vm_capable
+
+pytestmark = pytest.mark.e2e
+
+GUEST = '{ kind = "vm", cpus = 1, memory = "512M", disk_size = "1G" }'
+# One job for every stack: 16 MiB laid out (written) untimed, then overwritten at random,
+# 4 KiB direct writes, so that the timed writes land on blocks a thin snapshot shares.
+PLAN = f"""
+name = "guest-layers"
+reps = 1
+rerun_disturbed = 0  # the run counts below are exact
+warmup = 0
+baseline = "guest-image"
+[stacks.guest-image]
+layers = [{GUEST}, {{ kind = "image", size = "256M" }}]
+[stacks.guest-dm-crypt]
+layers = [{GUEST}, {{ kind = "dm-crypt", size = "256M", no_write_workqueue = true }}]
+[stacks.guest-serpent]
+layers = [{GUEST}, {{ kind = "dm-crypt", size = "256M", cipher = "serpent-xts-plain64" }}]
+[stacks.guest-thin]
+layers = [{GUEST}, {{ kind = "lvm-thin", size = "256M", pool_size = "256M" }}]
+[stacks.guest-thin-snapshot]
+layers = [{GUEST}, {{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapshot = true }}]
+[workloads.overwrite]
+kind = "fio"
+[workloads.overwrite.options]
+rw = "randwrite"
+bs = "4k"
+size = "16M"
+overwrite = 1
+ioengine = "psync"
+direct = 1
+end_fsync = 1
+"""
+
+MIB_16 = 16 * 2**20
+
+
+@pytest.fixture(scope="module")
+def guest_layers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    vm_capable()
+    base = tmp_path_factory.mktemp("guest-layers")
+    plan = base / "plan.toml"
+    plan.write_text(PLAN)
+    db = base / "results.db"
+    scratch = TEST_ROOT / "guest-layers"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    after = leftovers(scratch)
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    return {"returncode": done.returncode, "stderr": done.stderr, "json": report, "leftovers": after}
+
+
+def _runs(guest_layers: dict[str, object]) -> dict[str, dict[str, object]]:
+    document = guest_layers["json"]
+    assert isinstance(document, dict)
+    return {run["stack"]: run for run in document["runs"]}
+
+
+def test_dm_crypt_runs_in_the_guest_with_its_mapping_counted(guest_layers: dict[str, object]) -> None:
+    runs = _runs(guest_layers)
+    crypt = runs["guest-dm-crypt"]
+    assert crypt["status"] == "ok", crypt["error"]
+    guest = crypt["facts"]["guest"]
+    assert isinstance(guest, dict)
+    line = next(line for line in guest["mount_lines"] if "LUKS2" in line)
+    assert "aes-xts-plain64, 512-bit key (random), 4096-byte sectors, no_write_workqueue" in line
+    # The 16 MiB went through the mapping, then its loop device, then the guest's disk.
+    devices = crypt["devices"]
+    assert isinstance(devices, dict)
+    mapped = [name for name in devices if name.startswith("guest:dm-")]
+    assert mapped and devices[mapped[0]]["write_bytes"] >= MIB_16, devices
+    assert any(name.startswith("guest:loop") for name in devices), devices
+    assert runs["guest-image"]["status"] == "ok", runs["guest-image"]["error"]
+
+
+def test_a_cipher_the_guest_lacks_is_a_failed_run_with_the_reason(guest_layers: dict[str, object]) -> None:
+    serpent = _runs(guest_layers)["guest-serpent"]
+    assert serpent["status"] == "failed"
+    error = serpent["error"]
+    assert isinstance(error, str) and "cryptsetup" in error and "serpent" in error, error
+    assert "\n" not in error.strip() and "Traceback" not in error
+
+
+def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
+    guest_layers: dict[str, object],
+) -> None:
+    """Overwriting 16 MiB of a 256 MiB pool: in place without a snapshot; with one, every
+    64 KiB chunk the random 4 KiB writes touch is copied to a new one first."""
+    runs = _runs(guest_layers)
+    grown = {}
+    for stack in ("guest-thin", "guest-thin-snapshot"):
+        run = runs[stack]
+        assert run["status"] == "ok", run["error"]
+        facts = run["facts"]
+        assert isinstance(facts, dict)
+        grown[stack] = (facts["thin_pool_used_after"] - facts["thin_pool_used_before"]) * 256 * 2**20
+    assert "thin_snapshot" in runs["guest-thin-snapshot"]["facts"]
+    assert "thin_snapshot" not in runs["guest-thin"]["facts"]
+    assert grown["guest-thin-snapshot"] >= 0.8 * MIB_16, grown
+    assert grown["guest-thin"] <= 0.25 * MIB_16, grown
+
+
+def test_nothing_is_left_after_the_guest_layers(guest_layers: dict[str, object]) -> None:
+    assert guest_layers["leftovers"] == []
+
+
+def test_dm_crypt_on_this_host_is_refused_in_one_line(tmp_path: Path) -> None:
+    """This host's kernel has no device-mapper: a dm-crypt layer not above a vm layer is
+    refused before anything is built, naming the module and where it can run."""
+    from layerbench.linux import procfs
+
+    if procfs.kernel_has_module("dm_mod"):
+        pytest.skip("this host's kernel has device-mapper: the layer would be built here")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "crypt"\nreps = 1\n[stacks.crypt]\nlayers = [{ kind = "dm-crypt", size = "128M" }]\n'
+        '[workloads.w]\nkind = "command"\nrun = "true"\n'
+    )
+    done = cli("run", str(plan), "--db", str(tmp_path / "r.db"), "--scratch", str(TEST_ROOT / "crypt-host"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "layer dm-crypt needs the kernel module dm_mod" in done.stderr
+    assert "above a vm layer" in done.stderr
+
+
+def test_ctrl_c_while_the_guest_layers_are_up_leaves_nothing(tmp_path: Path) -> None:
+    """dm-crypt on an LVM thin volume in a guest, a run of a minute stopped by Ctrl-C: the
+    guest goes, and with it its mappings; nothing of the trial is left on this host."""
+    vm_capable()
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'name = "stopped"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n[stacks.s]\nlayers = [{GUEST}, '
+        '{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapshot = true }, '
+        '{ kind = "dm-crypt", size = "128M" }]\n[workloads.w]\nkind = "command"\nrun = "sleep 60"\n'
+    )
+    scratch = TEST_ROOT / "guest-layers-stopped"
+    child = start_cli("run", str(plan), "--db", str(tmp_path / "r.db"), "--scratch", str(scratch), "--quiet")
+    deadline = time.monotonic() + 300
+    while not any("qemu-system" in item for item in leftovers(scratch)):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "no guest started"
+        time.sleep(0.1)
+    time.sleep(20)  # booted, its layers built, the run under way
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert leftovers(scratch) == []
