@@ -252,6 +252,18 @@ def test_dm_crypt_options_out_of_range_are_refused(options: dict[str, object], s
     assert said in str(caught.value)
 
 
+def test_9p_options_of_a_vm_without_a_share_are_refused() -> None:
+    from pydantic import ValidationError
+
+    from layerbench.stacks.vm import VmOptions
+
+    with pytest.raises(ValidationError) as caught:
+        VmOptions.model_validate({"kind": "vm", "share_cache": "loose"})
+    assert 'add share = "9p"' in str(caught.value)
+    shared = VmOptions.model_validate({"kind": "vm", "share": "9p", "share_cache": "loose"})
+    assert shared.share_options() == "msize=512000,cache=loose"
+
+
 def test_a_layer_above_a_vm_is_checked_for_programs_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """dm-crypt needs device-mapper: on a host whose kernel lacks it, the layer is refused
     with where it can run; above a vm layer its kernel is the guest's, which loads it."""

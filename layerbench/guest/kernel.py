@@ -45,6 +45,8 @@ WANTED_MODULES = (
     "algif_skcipher",
     "dm_thin_pool",  # lvm-thin's, and the snapshot target LVM asks for before a thin snapshot
     "dm_snapshot",
+    "md_mod",  # md-raid1's
+    "raid1",
 )
 # A stock kernel; the cloud flavour lacks 9p, rt and dbg are not what a guest runs.
 _IMAGE_NAME = re.compile(r"^linux-image-(\d[\w.+~]*-amd64)$")
@@ -214,6 +216,10 @@ mount -t devtmpfs dev /newroot/dev
 mount -t tmpfs tmp /newroot/tmp
 mount -t tmpfs run /newroot/run
 mount -t "$DISK_FS" "$DISK_DEVICE" "/newroot$DISK_MOUNT" || echo "layerbench-init: cannot mount $DISK_DEVICE"
+if [ -n "$WORK_MOUNT" ]; then
+    mount -t 9p -o "trans=virtio,version=9p2000.L,$WORK_OPTIONS" lbwork "/newroot$WORK_MOUNT" \
+        || echo "layerbench-init: cannot mount the 9p share $WORK_MOUNT"
+fi
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root PYTHONPATH="$PYTHONPATH" PYTHONDONTWRITEBYTECODE=1 \
     LAYERBENCH_TEST_SYNC_TOP_ONLY="$SYNC_TOP_ONLY" \

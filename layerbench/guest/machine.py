@@ -98,6 +98,10 @@ class MachineSpec:
     disk_bus: str  # virtio-blk or virtio-scsi
     share: Path  # host directory the guest mounts read-write at the same path
     console: Path  # the guest's serial console, for errors
+    # A host directory the workload runs on, shared over 9p (the vm layer's share = "9p"),
+    # mounted in the guest at the same path with these 9p options (msize, cache).
+    work_share: Path | None = None
+    work_share_options: str = ""
 
 
 def qemu_version() -> str:
@@ -139,6 +143,17 @@ def command(spec: MachineSpec, guest: kernel.GuestKernel, *, quiet: bool = True)
         "-device", "virtio-9p-device,fsdev=hostroot,mount_tag=hostroot",
         "-fsdev", f"local,id=lbshare,path={spec.share},security_model=none,multidevs=remap",
         "-device", "virtio-9p-device,fsdev=lbshare,mount_tag=lbshare",
+        *_work_share(spec),
+    ]  # fmt: skip
+
+
+def _work_share(spec: MachineSpec) -> list[str]:
+    if spec.work_share is None:
+        return []
+    # passthrough: the guest's root owns what it writes, as a container runtime's share does.
+    return [
+        "-fsdev", f"local,id=lbwork,path={spec.work_share},security_model=passthrough,multidevs=remap",
+        "-device", "virtio-9p-device,fsdev=lbwork,mount_tag=lbwork",
     ]  # fmt: skip
 
 
@@ -273,6 +288,8 @@ class GuestTrial:
     ) -> None:
         self.scratch = scratch
         self.spec = spec
+        # On a 9p share the workload's files are the host's: the guest's scratch root is there.
+        self.top = spec.work_share if spec.work_share is not None else disk_mount
         self.guest = guest
         self.disk_mount = disk_mount
         self.disk_fs = disk_fs
@@ -284,6 +301,11 @@ class GuestTrial:
             f"qemu guest: accel {self.spec.accel} ({self.accel_why}), {self.spec.cpus} CPU, "
             f"{self.spec.memory_mib} MiB, microvm, kernel {self.guest.release}, "
             f"disk {self.spec.disk_bus} cache={self.spec.disk_cache} on {self.spec.disk_image}"
+            + (
+                f", the workload on {self.spec.work_share} over 9p ({self.spec.work_share_options})"
+                if self.spec.work_share is not None
+                else ""
+            )
         )
 
     def run(self, request: GuestRequest, host_devices: list[str], timeout: float | None) -> RunResult:
@@ -291,9 +313,8 @@ class GuestTrial:
         of the run (qemu's CPU, the host's devices) put beside the guest's own counters."""
         share = self.spec.share
         self._write_boot_env()
-        request = request.model_copy(
-            update={"scratch": str(self.disk_mount / "scratch"), "fs_size": self.disk_size}
-        )
+        fs_size = self.disk_size if self.spec.work_share is None else None
+        request = request.model_copy(update={"scratch": str(self.top / "scratch"), "fs_size": fs_size})
         (share / "request.json").write_text(request.model_dump_json())
         measured = self._boot_and_run(host_devices, timeout)
         answer = measured.answer
@@ -335,6 +356,7 @@ class GuestTrial:
         (share / "boot.env").write_text(
             f"SHARE='{share}'\nDISK_MOUNT='{self.disk_mount}'\nDISK_FS='{self.disk_fs}'\n"
             f"DISK_DEVICE='{disk_device}'\nPYTHONPATH='{python_path}'\n"
+            f"WORK_MOUNT='{self.spec.work_share or ''}'\nWORK_OPTIONS='{self.spec.work_share_options}'\n"
             # The host's own interpreter, with the packages layerbench was installed with.
             f"PYTHON='{sys.executable}'\n"
             # The test-only switch of a final sync that stops at the top (failpoints), so a

@@ -15,6 +15,7 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "umount": "mount",
     "losetup": "mount",
     "cryptsetup": "cryptsetup-bin",
+    "mdadm": "mdadm",
     "lvcreate": "lvm2",
     "thin_check": "thin-provisioning-tools",
     "mkfs.ext4": "e2fsprogs",

@@ -7,7 +7,7 @@ when its caller died and landed after the caller's journal was read.
 
 Teardown order (phase): processes first (a live daemon keeps a mount busy and a dead
 run's namespace alive; a dying child may still finish a mount), then mounts, deepest
-first, then control groups, device-mapper mappings, loop devices and, last, paths."""
+first, then control groups, device-mapper mappings, md arrays, loop devices and, last, paths."""
 
 import concurrent.futures
 import contextlib
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from layerbench.core.errors import SetupError, UserError
-from layerbench.linux import cgroups, devmapper, mounts, procfs, system
+from layerbench.linux import cgroups, devmapper, mdraid, mounts, procfs, system
 from layerbench.scratch.journal import Resource
 from layerbench.scratch.policy import inside
 
@@ -312,6 +312,26 @@ class DeviceMapperKind(ResourceKind):
                 recovery.problems.append(str(exc))
 
 
+class MdKind(ResourceKind):
+    """md arrays (an md-raid1 layer's), found by their members: loop devices over images in
+    the root. After the mappings that may stand on them, before those loop devices."""
+
+    name, phase = "md", 37
+
+    def recover(self, resource: Resource, recovery: Recovery) -> None:
+        self.sweep(recovery)
+
+    def sweep(self, recovery: Recovery) -> None:
+        ours = {name for name, _ in loop_devices(recovery.root)}
+        for array in mdraid.arrays():
+            if ours & set(mdraid.members(array)):
+                try:
+                    if mdraid.stop(array):
+                        recovery.removed.append(f"stopped the md array /dev/{array}")
+                except SetupError as exc:
+                    recovery.problems.append(str(exc))
+
+
 class LoopKind(ResourceKind):
     """Loop devices over image files in the root. mount -o loop detaches its device by
     itself, but a killed run's namespace is torn down asynchronously: give the kernel a
@@ -385,6 +405,7 @@ KINDS: dict[str, ResourceKind] = {
         MountKind(),
         CgroupKind(),
         DeviceMapperKind(),
+        MdKind(),
         LoopKind(),
         SettingKind(),
         PathKind(),

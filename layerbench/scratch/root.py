@@ -13,7 +13,7 @@ from typing import TextIO
 import layerbench.scratch.resources as resources
 from layerbench.core import failpoints
 from layerbench.core.errors import SetupError, UserError
-from layerbench.linux import cgroups, devmapper, mounts, procfs, system
+from layerbench.linux import cgroups, devmapper, mdraid, mounts, procfs, system
 from layerbench.scratch import placement
 from layerbench.scratch.journal import Journal
 from layerbench.scratch.policy import MARKER, check_root, inside
@@ -271,6 +271,22 @@ class Scratch:
             yield create(name)
         finally:
             devmapper.remove_all(prefix)
+            self.journal.done(ident)
+
+    @contextlib.contextmanager
+    def md_array(self, members: list[str], create: Callable[[], None]) -> Iterator[str]:
+        """An md array of loop devices of this root: create() makes it; it is stopped on the
+        way out, and found again by clean from its members. Yields its device path."""
+        ident = self.journal.add("md", members[0])
+        try:
+            create()
+            array = mdraid.array_of(Path(members[0]).name)
+            if array is None:
+                raise SetupError(f"no md array holds {members[0]} after mdadm --create")
+            yield f"/dev/{array}"
+        finally:
+            if (found := mdraid.array_of(Path(members[0]).name)) is not None:
+                mdraid.stop(found)
             self.journal.done(ident)
 
     @contextlib.contextmanager

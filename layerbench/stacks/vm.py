@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from layerbench.core.errors import SetupError, UserError
 from layerbench.core.sizes import SizeText, parse_size
@@ -31,6 +31,11 @@ class VmOptions(LayerOptions):
     disk_size: SizeText = "2G"
     fs: Literal["ext4", "xfs", "btrfs"] = "ext4"  # the guest disk's file system
     mkfs_options: list[str] = []
+    # "9p": the workload (and the layers above) runs on a directory of the layer below shared
+    # into the guest over virtio-9p, not on the guest's disk: the containers' host share.
+    share: Literal["none", "9p"] = "none"
+    msize: int = Field(default=512000, ge=8192, le=512000)  # 9p's largest message (the guest's cap)
+    share_cache: Literal["none", "loose", "fscache", "mmap", "readahead"] = "none"  # 9p's cache=
 
     @field_validator("memory")
     @classmethod
@@ -38,6 +43,15 @@ class VmOptions(LayerOptions):
         if parse_size(value) < 256 * 2**20:
             raise ValueError("the guest needs at least 256M of memory")
         return value
+
+    @model_validator(mode="after")
+    def _share_options(self) -> "VmOptions":
+        if self.share == "none" and {"msize", "share_cache"} & self.model_fields_set:
+            raise ValueError('msize and share_cache set up a 9p share: add share = "9p"')
+        return self
+
+    def share_options(self) -> str:
+        return f"msize={self.msize},cache={self.share_cache}"
 
     @field_validator("readonly")
     @classmethod
@@ -78,15 +92,19 @@ class VmLayer(Layer[VmOptions]):
         return []
 
     def place(self, below: Placement) -> Placement:
-        """The guest's disk is an image on the layer below; its RAM comes from the host."""
+        """The guest's disk is an image on the layer below (and so is a 9p share's directory);
+        its RAM comes from the host."""
         options = self.options
-        placed = below.bounded(parse_size(options.disk_size), f"vm disk_size={options.disk_size}")
+        if options.share == "9p":
+            placed = below
+        else:
+            placed = below.bounded(parse_size(options.disk_size), f"vm disk_size={options.disk_size}")
         return replace(
             placed, writable=True, reserved_memory=placed.reserved_memory + parse_size(options.memory)
         )
 
     def fs_size(self) -> int | None:
-        return parse_size(self.options.disk_size)
+        return None if self.options.share == "9p" else parse_size(self.options.disk_size)
 
     def describe(self) -> str:
         options = self.options
@@ -105,6 +123,10 @@ class VmLayer(Layer[VmOptions]):
         share = ctx.subdir(f"L{self.index}-vm-share")
         disk_mount = ctx.subdir(f"L{self.index}-vm")  # where the guest mounts its disk
         logs = ctx.subdir(f"L{self.index}-vm-log")
+        work = None
+        if options.share == "9p":
+            work = below.path / f"layer{self.index}-9p"  # on the layer below, as the disk image is
+            work.mkdir()
         try:
             with open(image, "wb") as handle:
                 handle.truncate(size)
@@ -118,6 +140,8 @@ class VmLayer(Layer[VmOptions]):
                 disk_bus=options.bus,
                 share=share,
                 console=logs / "console.log",
+                work_share=work,
+                work_share_options=options.share_options() if work else "",
             )
             trial = machine.GuestTrial(
                 ctx.scratch,
@@ -128,7 +152,12 @@ class VmLayer(Layer[VmOptions]):
                 disk_size=size,
                 accel_why=why,
             )
-            yield Exposed(path=disk_mount, mount_lines=[trial.describe()], fs_size=size, elsewhere=trial)
+            yield Exposed(
+                path=work or disk_mount,
+                mount_lines=[trial.describe()],
+                fs_size=None if work else size,
+                elsewhere=trial,
+            )
         finally:
             with contextlib.suppress(FileNotFoundError):
                 image.unlink()

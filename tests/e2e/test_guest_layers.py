@@ -1,8 +1,11 @@
-"""Layers this host's kernel lacks, built inside a vm layer's guest: dm-crypt for real (LUKS2
-on a loop device in the guest, a random key, its mapping's counters), a cipher the guest's
-kernel lacks as a failed run with cryptsetup's reason, and nothing left behind."""
+"""Layers this host's kernel lacks, built inside a vm layer's guest, for real: dm-crypt on an
+LVM thin volume on md RAID1 in one guest (each layer's own counters: the mapping's writes,
+the pool's growth, both members' writes), a thin snapshot taken before the run, a cipher the
+guest's kernel lacks as a failed run with cryptsetup's reason, a 9p share of this host's
+disk, and nothing left behind. One guest boot per stack (tcg: some 25 s each)."""
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -13,6 +16,11 @@ from helpers import TEST_ROOT, cli, leftovers, start_cli, vm_capable
 pytestmark = pytest.mark.e2e
 
 GUEST = '{ kind = "vm", cpus = 1, memory = "512M", disk_size = "1G" }'
+STACKED = (
+    '{ kind = "md-raid1", size = "512M" }, { kind = "lvm-thin", size = "256M", pool_size = "256M" }, '
+    '{ kind = "dm-crypt", size = "128M", no_write_workqueue = true }'
+)
+THIN_SNAPSHOT = '{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapshot = true }'
 # One job for every stack: 16 MiB laid out (written) untimed, then overwritten at random,
 # 4 KiB direct writes, so that the timed writes land on blocks a thin snapshot shares.
 PLAN = f"""
@@ -20,17 +28,15 @@ name = "guest-layers"
 reps = 1
 rerun_disturbed = 0  # the run counts below are exact
 warmup = 0
-baseline = "guest-image"
-[stacks.guest-image]
-layers = [{GUEST}, {{ kind = "image", size = "256M" }}]
-[stacks.guest-dm-crypt]
-layers = [{GUEST}, {{ kind = "dm-crypt", size = "256M", no_write_workqueue = true }}]
-[stacks.guest-serpent]
-layers = [{GUEST}, {{ kind = "dm-crypt", size = "256M", cipher = "serpent-xts-plain64" }}]
-[stacks.guest-thin]
-layers = [{GUEST}, {{ kind = "lvm-thin", size = "256M", pool_size = "256M" }}]
+baseline = "guest-stacked"
+[stacks.guest-stacked]
+layers = [{GUEST}, {STACKED}]
 [stacks.guest-thin-snapshot]
-layers = [{GUEST}, {{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapshot = true }}]
+layers = [{GUEST}, {THIN_SNAPSHOT}]
+[stacks.guest-serpent]
+layers = [{GUEST}, {{ kind = "dm-crypt", size = "128M", cipher = "serpent-xts-plain64" }}]
+[stacks.guest-9p]
+layers = [{GUEST.replace(" }", ', share = "9p", share_cache = "none" }')}]
 [workloads.overwrite]
 kind = "fio"
 [workloads.overwrite.options]
@@ -66,21 +72,45 @@ def _runs(guest_layers: dict[str, object]) -> dict[str, dict[str, object]]:
     return {run["stack"]: run for run in document["runs"]}
 
 
-def test_dm_crypt_runs_in_the_guest_with_its_mapping_counted(guest_layers: dict[str, object]) -> None:
-    runs = _runs(guest_layers)
-    crypt = runs["guest-dm-crypt"]
-    assert crypt["status"] == "ok", crypt["error"]
-    guest = crypt["facts"]["guest"]
-    assert isinstance(guest, dict)
-    line = next(line for line in guest["mount_lines"] if "LUKS2" in line)
-    assert "aes-xts-plain64, 512-bit key (random), 4096-byte sectors, no_write_workqueue" in line
-    # The 16 MiB went through the mapping, then its loop device, then the guest's disk.
-    devices = crypt["devices"]
+def test_each_guest_layer_of_a_stack_counts_its_own_part(guest_layers: dict[str, object]) -> None:
+    run = _runs(guest_layers)["guest-stacked"]
+    assert run["status"] == "ok", run["error"]
+    facts = run["facts"]
+    assert isinstance(facts, dict)
+    lines = facts["guest"]["mount_lines"]
+    luks = next(line for line in lines if "LUKS2" in line)
+    assert "aes-xts-plain64, 512-bit key (random), 4096-byte sectors, no_write_workqueue" in luks
+    mirror = next(line for line in lines if "md RAID1 of" in line)
+    assert "--assume-clean" in mirror
+    devices = run["devices"]
     assert isinstance(devices, dict)
-    mapped = [name for name in devices if name.startswith("guest:dm-")]
-    assert mapped and devices[mapped[0]]["write_bytes"] >= MIB_16, devices
-    assert any(name.startswith("guest:loop") for name in devices), devices
-    assert runs["guest-image"]["status"] == "ok", runs["guest-image"]["error"]
+    # dm-crypt's mapping is the top device: the 16 MiB went through it...
+    top = next(name for name in devices if name.startswith("guest:"))
+    assert top.startswith("guest:dm-") and devices[top]["write_bytes"] >= MIB_16, devices
+    # ...and, below the thin volume, md wrote every block to both members.
+    members = re.findall(r"/dev/(loop\d+)", mirror.split("[")[0])
+    assert len(members) == 2, mirror
+    assert all(devices[f"guest:{m}"]["write_bytes"] >= MIB_16 for m in members), devices
+    # Without a snapshot the overwrites stay in the thin volume's chunks: the pool barely grows.
+    grown = (facts["thin_pool_used_after"] - facts["thin_pool_used_before"]) * 256 * 2**20
+    assert 0 <= grown <= 0.25 * MIB_16, grown
+    assert "thin_snapshot" not in facts
+
+
+def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
+    guest_layers: dict[str, object],
+) -> None:
+    """Overwriting 16 MiB of a 256 MiB pool after a snapshot: every 64 KiB chunk the random
+    4 KiB writes touch is copied to a new one first."""
+    run = _runs(guest_layers)["guest-thin-snapshot"]
+    assert run["status"] == "ok", run["error"]
+    facts = run["facts"]
+    assert isinstance(facts, dict)
+    assert facts["thin_snapshot"].endswith(
+        "/before-run of " + facts["thin_snapshot"].split("/")[0] + "/volume"
+    )
+    grown = (facts["thin_pool_used_after"] - facts["thin_pool_used_before"]) * 256 * 2**20
+    assert grown >= 0.8 * MIB_16, grown
 
 
 def test_a_cipher_the_guest_lacks_is_a_failed_run_with_the_reason(guest_layers: dict[str, object]) -> None:
@@ -91,23 +121,22 @@ def test_a_cipher_the_guest_lacks_is_a_failed_run_with_the_reason(guest_layers: 
     assert "\n" not in error.strip() and "Traceback" not in error
 
 
-def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
+def test_a_9p_share_puts_the_workloads_writes_on_the_hosts_disk_not_the_guests(
     guest_layers: dict[str, object],
 ) -> None:
-    """Overwriting 16 MiB of a 256 MiB pool: in place without a snapshot; with one, every
-    64 KiB chunk the random 4 KiB writes touch is copied to a new one first."""
-    runs = _runs(guest_layers)
-    grown = {}
-    for stack in ("guest-thin", "guest-thin-snapshot"):
-        run = runs[stack]
-        assert run["status"] == "ok", run["error"]
-        facts = run["facts"]
-        assert isinstance(facts, dict)
-        grown[stack] = (facts["thin_pool_used_after"] - facts["thin_pool_used_before"]) * 256 * 2**20
-    assert "thin_snapshot" in runs["guest-thin-snapshot"]["facts"]
-    assert "thin_snapshot" not in runs["guest-thin"]["facts"]
-    assert grown["guest-thin-snapshot"] >= 0.8 * MIB_16, grown
-    assert grown["guest-thin"] <= 0.25 * MIB_16, grown
+    run = _runs(guest_layers)["guest-9p"]
+    assert run["status"] == "ok", run["error"]
+    facts = run["facts"]
+    assert isinstance(facts, dict)
+    devices = run["devices"]
+    assert isinstance(devices, dict)
+    # The 16 MiB written and synced in the guest reached this host's disk through qemu; the
+    # guest's own disk carried none of it.
+    assert devices["host:vda"]["write_bytes"] >= MIB_16, devices
+    assert devices.get("guest:vda", {"write_bytes": 0})["write_bytes"] < MIB_16 // 4, devices
+    document = guest_layers["json"]
+    assert isinstance(document, dict)
+    assert "over 9p (msize=512000,cache=none)" in " ".join(document["stacks"]["guest-9p"]["mount_lines"])
 
 
 def test_nothing_is_left_after_the_guest_layers(guest_layers: dict[str, object]) -> None:
@@ -134,14 +163,15 @@ def test_dm_crypt_on_this_host_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_the_guest_layers_are_up_leaves_nothing(tmp_path: Path) -> None:
-    """dm-crypt on an LVM thin volume in a guest, a run of a minute stopped by Ctrl-C: the
-    guest goes, and with it its mappings; nothing of the trial is left on this host."""
+    """dm-crypt on an LVM thin volume on md RAID1 in a guest, a run of a minute stopped by
+    Ctrl-C: the guest goes, and with it its arrays and mappings; nothing of the trial is left
+    on this host."""
     vm_capable()
     plan = tmp_path / "plan.toml"
+    layers = [GUEST, STACKED.replace('pool_size = "256M"', 'pool_size = "256M", snapshot = true')]
     plan.write_text(
-        f'name = "stopped"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n[stacks.s]\nlayers = [{GUEST}, '
-        '{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapshot = true }, '
-        '{ kind = "dm-crypt", size = "128M" }]\n[workloads.w]\nkind = "command"\nrun = "sleep 60"\n'
+        'name = "stopped"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n'
+        f'[stacks.s]\nlayers = [{", ".join(layers)}]\n[workloads.w]\nkind = "command"\nrun = "sleep 60"\n'
     )
     scratch = TEST_ROOT / "guest-layers-stopped"
     child = start_cli("run", str(plan), "--db", str(tmp_path / "r.db"), "--scratch", str(scratch), "--quiet")
