@@ -477,7 +477,8 @@ def _workload_of(kind: str) -> str:
 
 
 def main() -> int:
-    kinds = sorted([*(kind for kind in load_kinds() if kind != "vm"), *_VARIANTS])
+    here = [name for name, kind in load_kinds().items() if name != "vm" and not kind.only_in_a_guest_here()]
+    kinds = sorted([*here, *_VARIANTS])
     families = ("matrix", "churn", "agent", "store")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=20)

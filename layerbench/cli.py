@@ -199,7 +199,11 @@ def _parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="check that measurements find real differences only")
     selftest.add_argument("--scratch", type=Path, default=DEFAULT_ROOT, help="scratch root")
     selftest.add_argument("--db", type=str, help="keep the checks' experiments here (default: discard)")
-    selftest.add_argument("--size", default="512M", help="bytes the known-effect check writes per run")
+    selftest.add_argument(
+        "--size",
+        default="512M",
+        help="bytes the known-effect check writes per run; the settle check deletes twice as much",
+    )
     selftest.add_argument(
         "--simulations",
         type=int,

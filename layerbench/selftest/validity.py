@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from layerbench import stats
+from layerbench.core.sizes import format_size, parse_size
 from layerbench.reports import base as reports
 from layerbench.selftest import prediction_check, repeatability, sequential_check
 from layerbench.selftest.check import Check
@@ -403,7 +404,8 @@ def selftest(
     # Without --db the experiments go to a store that is removed with the session.
     with Session(scratch_root, "layerbench selftest", db=db) as session:
         decided(aa_real_check(session.run_plan(aa_plan())))
-        decided(repeatability.settle_check(session))
+        # The deletion before each probe scales with --size: 1G at the default 512M.
+        decided(repeatability.settle_check(session, deleted=format_size(2 * parse_size(size))))
         for check in known_effect_checks(session.run_plan(known_effect_plan(size))):
             decided(check)
     return checks

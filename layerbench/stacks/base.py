@@ -146,6 +146,11 @@ class Layer(ABC, Generic[OptionsT]):
         return lacks
 
     @classmethod
+    def only_in_a_guest_here(cls) -> bool:
+        """This host's kernel lacks a module the kind needs: it is built only above a vm layer."""
+        return not all(procfs.kernel_has_module(module) for module in cls.kernel_modules)
+
+    @classmethod
     def extra_tools(cls, options: LayerOptions | None) -> tuple[str, ...]:
         return ()
 

@@ -322,15 +322,12 @@ _READS_ONLY = {"squashfs", "erofs", "squashfuse"}
 
 
 def test_every_layer_kind_is_in_the_recovery_tests() -> None:
-    from layerbench.linux import procfs
     from layerbench.stacks.base import load_kinds
 
     kinds = load_kinds()
     # Kinds whose kernel modules this host lacks are built only in a vm layer's guest here:
     # tests/e2e/test_guest_layers.py interrupts them there.
-    in_guest = {
-        name for name, kind in kinds.items() if not all(map(procfs.kernel_has_module, kind.kernel_modules))
-    }
+    in_guest = {name for name, kind in kinds.items() if kind.only_in_a_guest_here()}
     assert set(kinds) - {"vm"} - in_guest == set(KIND_LAYERS)
 
 

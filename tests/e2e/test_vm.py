@@ -28,6 +28,8 @@ layers = [
     { kind = "vm", cpus = 1, memory = "512M", disk_size = "512M", bus = "virtio-scsi" },
     { kind = "bind" },
 ]
+[stacks.vm-9p]
+layers = [{ kind = "vm", cpus = 1, memory = "512M", disk_size = "512M", share = "9p" }]
 [workloads.write]
 kind = "stream-write"
 size = "16M"
@@ -108,6 +110,19 @@ def test_vm_runs_in_the_guest_with_guest_and_host_counters(vm_experiment: dict[s
         assert run["wall_s"] > 0.3 * guest["host_wall_s"]
     assert any("bind" in line for line in runs["vm-bind"]["facts"]["guest"]["mount_lines"])
     assert runs["native"]["facts"].get("guest") is None
+
+
+def test_a_9p_share_puts_the_workloads_writes_on_the_hosts_disk_not_the_guests(
+    vm_experiment: dict[str, object],
+) -> None:
+    document = vm_experiment["json"]
+    assert isinstance(document, dict)
+    run = next(r for r in document["runs"] if r["stack"] == "vm-9p")
+    # The 16 MiB written and synced in the guest reached this host's disk through qemu; the
+    # guest's own disk carried none of it.
+    assert run["devices"]["host:vda"]["write_bytes"] >= 16 * 2**20, run["devices"]
+    assert run["devices"].get("guest:vda", {"write_bytes": 0})["write_bytes"] < 4 * 2**20, run["devices"]
+    assert "over 9p (msize=512000,cache=none)" in " ".join(document["stacks"]["vm-9p"]["mount_lines"])
 
 
 def test_the_accelerator_is_recorded_and_reported(vm_experiment: dict[str, object]) -> None:
