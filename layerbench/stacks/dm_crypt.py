@@ -16,12 +16,10 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from layerbench.core.errors import UserError
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.linux import system
-from layerbench.linux.mounts import mount_of
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
-from layerbench.stacks.image import MKFS_ARGUMENTS, make_image
+from layerbench.stacks.base import BuildContext, Exposed, Layer, Placement, register
+from layerbench.stacks.image import DeviceFsOptions, loop_image
 
 _LUKS2_HEADER = 16 * 2**20  # cryptsetup's default LUKS2 header and key-slot area
 # cipher-chainmode-ivmode[:ivopts], as cryptsetup --cipher takes it (aes-xts-plain64,
@@ -29,11 +27,8 @@ _LUKS2_HEADER = 16 * 2**20  # cryptsetup's default LUKS2 header and key-slot are
 _CIPHER = re.compile(r"^[a-z0-9]+(,[a-z0-9]+)?(-[a-z0-9]+){1,2}(:[a-z0-9]+)?$")
 
 
-class DmCryptOptions(LayerOptions):
-    fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
+class DmCryptOptions(DeviceFsOptions):
     size: SizeText = "1G"
-    mkfs_options: list[str] = []
-    mount_options: list[str] = []
     cipher: str = "aes-xts-plain64"
     key_size: Literal[128, 256, 512] = 512  # bits; XTS splits it in two: 512 is AES-256
     sector_size: Literal[512, 1024, 2048, 4096] = 4096  # bytes encrypted as one unit
@@ -89,40 +84,27 @@ class DmCryptLayer(Layer[DmCryptOptions]):
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         options = self.options
         image = below.path / f"layer{self.index}-dm-crypt.img"
-        if not image.is_relative_to(ctx.scratch.root):
-            raise UserError(f"refusing to make an image at {image}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-dm-crypt")
         key = secrets.token_hex(64)  # the passphrase of its one key slot, never on a disk
-        make_image(image, parse_size(options.size), preallocate=False)
-        try:
-            with contextlib.ExitStack() as held:
-                loop = held.enter_context(ctx.scratch.loop_device(image, []))
-                luks = ["--type", "luks2", "--cipher", options.cipher, "--key-size", str(options.key_size)]
-                luks += ["--sector-size", str(options.sector_size)]
-                luks += ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]  # guards a random key
-                formatted = ["cryptsetup", "luksFormat", "--batch-mode", *luks, "--key-file", "-", loop]
-                system.run(formatted, input_text=key, timeout=600)
+        with contextlib.ExitStack() as held:
+            loop = held.enter_context(loop_image(ctx, image, parse_size(options.size)))
+            luks = ["--type", "luks2", "--cipher", options.cipher, "--key-size", str(options.key_size)]
+            luks += ["--sector-size", str(options.sector_size)]
+            luks += ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]  # guards a random key
+            formatted = ["cryptsetup", "luksFormat", "--batch-mode", *luks, "--key-file", "-", loop]
+            system.run(formatted, input_text=key, timeout=600)
 
-                def open_mapping(name: str) -> str:
-                    opened = ["cryptsetup", "open", "--type", "luks2", "--key-file", "-", *options.flags()]
-                    system.run([*opened, loop, name], input_text=key, timeout=600)
-                    return f"/dev/mapper/{name}"
+            def open_mapping(name: str) -> str:
+                opened = ["cryptsetup", "open", "--type", "luks2", "--key-file", "-", *options.flags()]
+                system.run([*opened, loop, name], input_text=key, timeout=600)
+                return f"/dev/mapper/{name}"
 
-                label = f"{ctx.workdir.name}-L{self.index}"
-                device = held.enter_context(ctx.scratch.dm_mappings(label, open_mapping))
-                mkfs = [f"mkfs.{options.fs}", *MKFS_ARGUMENTS[options.fs], *options.mkfs_options, device]
-                system.run(mkfs, timeout=1800)
-                mount_options = [*options.mount_options, *(["ro"] if options.readonly else [])]
-                held.enter_context(
-                    ctx.scratch.mounted(device, target, fstype=options.fs, options=mount_options)
-                )
-                flags = "".join(f", {flag.removeprefix('--perf-')}" for flag in options.flags())
-                line = (
-                    f"{device} LUKS2 {options.cipher}, {options.key_size}-bit key (random), "
-                    f"{options.sector_size}-byte sectors{flags} [{loop} -> {image}]"
-                )
-                yield Exposed(
-                    path=target, mount_lines=[mount_of(target).line(), line], fs_size=self.fs_size()
-                )
-        finally:
-            image.unlink(missing_ok=True)
+            label = f"{ctx.workdir.name}-L{self.index}"
+            device = held.enter_context(ctx.scratch.dm_mappings(label, open_mapping))
+            mounted = held.enter_context(options.made_and_mounted(ctx, device, target))
+            flags = "".join(f", {flag.removeprefix('--perf-')}" for flag in options.flags())
+            line = (
+                f"{device} LUKS2 {options.cipher}, {options.key_size}-bit key (random), "
+                f"{options.sector_size}-byte sectors{flags} [{loop} -> {image}]"
+            )
+            yield Exposed(path=target, mount_lines=[mounted, line], fs_size=self.fs_size())

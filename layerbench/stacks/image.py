@@ -242,6 +242,36 @@ class ImageLayer(Layer[ImageOptionsT]):
             yield Exposed(path=target, mount_lines=[mount_of(target).line()], fs_size=size)
 
 
+class DeviceFsOptions(LayerOptions):
+    """The file system a block-device layer (dm-crypt, lvm-thin, md-raid1) makes on its device."""
+
+    fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
+    mkfs_options: list[str] = []
+    mount_options: list[str] = []
+
+    @contextlib.contextmanager
+    def made_and_mounted(self, ctx: BuildContext, device: str, target: Path) -> Iterator[str]:
+        """mkfs on device, then mounted at target until the way out; yields the mount's line."""
+        system.run([f"mkfs.{self.fs}", *MKFS_ARGUMENTS[self.fs], *self.mkfs_options, device], timeout=1800)
+        options = [*self.mount_options, *(["ro"] if self.readonly else [])]
+        with ctx.scratch.mounted(device, target, fstype=self.fs, options=options):
+            yield mount_of(target).line()
+
+
+@contextlib.contextmanager
+def loop_image(ctx: BuildContext, image: Path, size: int) -> Iterator[str]:
+    """A sparse image file of size bytes on the layer below, on a loop device (a block-device
+    layer's disk); detached and removed on the way out. Yields the loop device."""
+    if not image.is_relative_to(ctx.scratch.root):
+        raise UserError(f"refusing to make an image at {image}: outside the scratch root")
+    make_image(image, size, preallocate=False)
+    try:
+        with ctx.scratch.loop_device(image, []) as loop:
+            yield loop
+    finally:
+        image.unlink(missing_ok=True)
+
+
 def make_image(image: Path, size: int, *, preallocate: bool) -> None:
     with open(image, "wb") as handle:
         if preallocate:

@@ -17,13 +17,12 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from layerbench.core.errors import SetupError, UserError
+from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.linux import system
-from layerbench.linux.mounts import mount_of
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
-from layerbench.stacks.image import MKFS_ARGUMENTS, make_image
+from layerbench.stacks.base import BuildContext, Exposed, Layer, Placement, register
+from layerbench.stacks.image import DeviceFsOptions, loop_image
 
 POOL_USED_BEFORE = Fact(
     "thin_pool_used_before", "before", "lvm-thin: the share of the pool in use before the run", float
@@ -45,16 +44,13 @@ def _power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
-class LvmThinOptions(LayerOptions):
-    fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
+class LvmThinOptions(DeviceFsOptions):
     size: SizeText = "1G"  # the thin volume's virtual size (may exceed the pool: overprovisioned)
     pool_size: SizeText = "1G"  # the pool's data: what the volume and its snapshots can hold
     chunk_size: SizeText = "64K"  # the unit the pool allocates and a snapshot copies
     zero: bool = True  # a new chunk is zeroed before its first write (lvcreate --zero)
     discards: Literal["passdown", "nopassdown", "ignore"] = "passdown"
     snapshot: bool = False
-    mkfs_options: list[str] = []
-    mount_options: list[str] = []
 
     @field_validator("size", "pool_size")
     @classmethod
@@ -149,59 +145,48 @@ class LvmThinLayer(Layer[LvmThinOptions]):
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         options = self.options
         image = below.path / f"layer{self.index}-lvm.img"
-        if not image.is_relative_to(ctx.scratch.root):
-            raise UserError(f"refusing to make an image at {image}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-lvm-thin")
-        make_image(image, options.image_bytes(), preallocate=False)
-        try:
-            with contextlib.ExitStack() as held:
-                loop = held.enter_context(ctx.scratch.loop_device(image, []))
-                lvm = _Lvm(loop)
+        with contextlib.ExitStack() as held:
+            loop = held.enter_context(loop_image(ctx, image, options.image_bytes()))
+            lvm = _Lvm(loop)
 
-                def create(group: str) -> str:
-                    lvm("pvcreate", "--yes", "--force", loop)
-                    lvm("vgcreate", "--yes", group, loop)
-                    pool = ["--type", "thin-pool", "--size", f"{parse_size(options.pool_size)}b"]
-                    pool += ["--poolmetadatasize", f"{options.metadata_bytes()}b"]
-                    pool += ["--chunksize", f"{parse_size(options.chunk_size) // 1024}k"]
-                    pool += ["--zero", "y" if options.zero else "n", "--discards", options.discards]
-                    lvm("lvcreate", "--yes", *pool, "--name", "pool", group)
-                    thin = ["--type", "thin", "--virtualsize", f"{parse_size(options.size)}b"]
-                    lvm("lvcreate", "--yes", *thin, "--thinpool", "pool", "--name", "volume", group)
-                    return f"/dev/mapper/{group.replace('-', '--')}-volume"
+            def create(group: str) -> str:
+                lvm("pvcreate", "--yes", "--force", loop)
+                lvm("vgcreate", "--yes", group, loop)
+                pool = ["--type", "thin-pool", "--size", f"{parse_size(options.pool_size)}b"]
+                pool += ["--poolmetadatasize", f"{options.metadata_bytes()}b"]
+                pool += ["--chunksize", f"{parse_size(options.chunk_size) // 1024}k"]
+                pool += ["--zero", "y" if options.zero else "n", "--discards", options.discards]
+                lvm("lvcreate", "--yes", *pool, "--name", "pool", group)
+                thin = ["--type", "thin", "--virtualsize", f"{parse_size(options.size)}b"]
+                lvm("lvcreate", "--yes", *thin, "--thinpool", "pool", "--name", "volume", group)
+                return f"/dev/mapper/{group.replace('-', '--')}-volume"
 
-                label = f"{ctx.workdir.name}-L{self.index}"
-                device = held.enter_context(ctx.scratch.dm_mappings(label, create, lvm=True))
-                group = device.removeprefix("/dev/mapper/").removesuffix("-volume").replace("--", "-")
-                mkfs = [f"mkfs.{options.fs}", *MKFS_ARGUMENTS[options.fs], *options.mkfs_options, device]
-                system.run(mkfs, timeout=1800)
-                mount_options = [*options.mount_options, *(["ro"] if options.readonly else [])]
-                held.enter_context(
-                    ctx.scratch.mounted(device, target, fstype=options.fs, options=mount_options)
-                )
+            label = f"{ctx.workdir.name}-L{self.index}"
+            device = held.enter_context(ctx.scratch.dm_mappings(label, create, lvm=True))
+            group = device.removeprefix("/dev/mapper/").removesuffix("-volume").replace("--", "-")
+            mounted = held.enter_context(options.made_and_mounted(ctx, device, target))
 
-                def snapshot() -> dict[str, object]:
-                    facts: dict[str, object] = {POOL_USED_BEFORE.key: lvm.used(f"{group}/pool")}
-                    if options.snapshot:
-                        with contextlib.suppress(SetupError):  # a kept stack's last snapshot
-                            lvm("lvremove", "--yes", f"{group}/{_SNAPSHOT}")
-                        system.run(["sync", "-f", str(target)])  # the snapshot holds what is written
-                        lvm("lvcreate", "--yes", "--snapshot", "--name", _SNAPSHOT, f"{group}/volume")
-                        facts[SNAPSHOT.key] = f"{group}/{_SNAPSHOT} of {group}/volume"
-                    return facts
+            def snapshot() -> dict[str, object]:
+                facts: dict[str, object] = {POOL_USED_BEFORE.key: lvm.used(f"{group}/pool")}
+                if options.snapshot:
+                    with contextlib.suppress(SetupError):  # a kept stack's last snapshot
+                        lvm("lvremove", "--yes", f"{group}/{_SNAPSHOT}")
+                    system.run(["sync", "-f", str(target)])  # the snapshot holds what is written
+                    lvm("lvcreate", "--yes", "--snapshot", "--name", _SNAPSHOT, f"{group}/volume")
+                    facts[SNAPSHOT.key] = f"{group}/{_SNAPSHOT} of {group}/volume"
+                return facts
 
-                line = (
-                    f"{device} LVM thin volume {options.size} in a pool of {options.pool_size} "
-                    f"(chunks {options.chunk_size}, zero {'y' if options.zero else 'n'}, discards "
-                    f"{options.discards}{', snapshot before each run' if options.snapshot else ''}) "
-                    f"[{loop} -> {image}]"
-                )
-                yield Exposed(
-                    path=target,
-                    mount_lines=[mount_of(target).line(), line],
-                    fs_size=self.fs_size(),
-                    before_run=[snapshot],
-                    run_facts=[lambda: {POOL_USED_AFTER.key: lvm.used(f"{group}/pool")}],
-                )
-        finally:
-            image.unlink(missing_ok=True)
+            line = (
+                f"{device} LVM thin volume {options.size} in a pool of {options.pool_size} "
+                f"(chunks {options.chunk_size}, zero {'y' if options.zero else 'n'}, discards "
+                f"{options.discards}{', snapshot before each run' if options.snapshot else ''}) "
+                f"[{loop} -> {image}]"
+            )
+            yield Exposed(
+                path=target,
+                mount_lines=[mounted, line],
+                fs_size=self.fs_size(),
+                before_run=[snapshot],
+                run_facts=[lambda: {POOL_USED_AFTER.key: lvm.used(f"{group}/pool")}],
+            )

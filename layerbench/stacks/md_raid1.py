@@ -17,21 +17,17 @@ from pydantic import field_validator
 from layerbench.core.errors import SetupError, UserError
 from layerbench.core.sizes import SizeText, parse_size
 from layerbench.linux import system
-from layerbench.linux.mounts import mount_of
-from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, Placement, register
-from layerbench.stacks.image import MKFS_ARGUMENTS, make_image
+from layerbench.stacks.base import BuildContext, Exposed, Layer, Placement, register
+from layerbench.stacks.image import DeviceFsOptions, loop_image
 
 _MIN_SIZE = 64 * 2**20
 _SUPERBLOCK = 8 * 2**20  # md's 1.2 superblock, its bitmap and data offset, at most
 
 
-class MdRaid1Options(LayerOptions):
-    fs: Literal["ext4", "xfs", "btrfs"] = "ext4"
+class MdRaid1Options(DeviceFsOptions):
     size: SizeText = "1G"  # each member's
     bitmap: Literal["none", "internal"] = "none"  # a write-intent bitmap (written on every write)
     resync: bool = False
-    mkfs_options: list[str] = []
-    mount_options: list[str] = []
 
     @field_validator("size")
     @classmethod
@@ -69,42 +65,26 @@ class MdRaid1Layer(Layer[MdRaid1Options]):
     def expose(self, ctx: BuildContext, below: Exposed) -> Iterator[Exposed]:
         options = self.options
         images = [below.path / f"layer{self.index}-md-{side}.img" for side in ("a", "b")]
-        if not all(image.is_relative_to(ctx.scratch.root) for image in images):
-            raise UserError(f"refusing to make images at {images[0]}: outside the scratch root")
         target = ctx.subdir(f"L{self.index}-md-raid1")
-        try:
-            with contextlib.ExitStack() as held:
-                loops = []
-                for image in images:
-                    make_image(image, parse_size(options.size), preallocate=False)
-                    loops.append(held.enter_context(ctx.scratch.loop_device(image, [])))
+        with contextlib.ExitStack() as held:
+            loops = [held.enter_context(loop_image(ctx, image, parse_size(options.size))) for image in images]
 
-                def create() -> None:
-                    name = f"/dev/md/lb{ctx.workdir.name[-12:]}L{self.index}"
-                    array = ["--create", name, "--run", "--metadata=1.2", "--level=1", "--raid-devices=2"]
-                    array += [f"--bitmap={options.bitmap}", *([] if options.resync else ["--assume-clean"])]
-                    system.run(["mdadm", *array, *loops], timeout=600)
+            def create() -> None:
+                name = f"/dev/md/lb{ctx.workdir.name[-12:]}L{self.index}"
+                array = ["--create", name, "--run", "--metadata=1.2", "--level=1", "--raid-devices=2"]
+                array += [f"--bitmap={options.bitmap}", *([] if options.resync else ["--assume-clean"])]
+                system.run(["mdadm", *array, *loops], timeout=600)
 
-                device = held.enter_context(ctx.scratch.md_array(loops, create))
-                if options.resync:
-                    _wait_resync(Path(device).name)
-                mkfs = [f"mkfs.{options.fs}", *MKFS_ARGUMENTS[options.fs], *options.mkfs_options, device]
-                system.run(mkfs, timeout=1800)
-                mount_options = [*options.mount_options, *(["ro"] if options.readonly else [])]
-                held.enter_context(
-                    ctx.scratch.mounted(device, target, fstype=options.fs, options=mount_options)
-                )
-                state = "resynced" if options.resync else "created in sync (--assume-clean)"
-                line = (
-                    f"{device} md RAID1 of {' and '.join(loops)}, bitmap {options.bitmap}, {state} "
-                    f"[{' '.join(f'{loop} -> {image}' for loop, image in zip(loops, images, strict=True))}]"
-                )
-                yield Exposed(
-                    path=target, mount_lines=[mount_of(target).line(), line], fs_size=self.fs_size()
-                )
-        finally:
-            for image in images:
-                image.unlink(missing_ok=True)
+            device = held.enter_context(ctx.scratch.md_array(loops, create))
+            if options.resync:
+                _wait_resync(Path(device).name)
+            mounted = held.enter_context(options.made_and_mounted(ctx, device, target))
+            state = "resynced" if options.resync else "created in sync (--assume-clean)"
+            line = (
+                f"{device} md RAID1 of {' and '.join(loops)}, bitmap {options.bitmap}, {state} "
+                f"[{' '.join(f'{loop} -> {image}' for loop, image in zip(loops, images, strict=True))}]"
+            )
+            yield Exposed(path=target, mount_lines=[mounted, line], fs_size=self.fs_size())
 
 
 def _wait_resync(array: str) -> None:
