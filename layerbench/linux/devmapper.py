@@ -42,10 +42,10 @@ def names() -> list[str]:
     return [line.split()[0] for line in lines if line.strip() and "No devices" not in line]
 
 
-def mappings_of(scratch_root: Path) -> list[str]:
-    """The mappings this scratch root made (its own and its volume groups') still there."""
+def prefixes_of(scratch_root: Path) -> tuple[str, str]:
+    """What the mappings this scratch root made start with: its own, and its volume groups'."""
     prefix = prefix_of(scratch_root)
-    return [name for name in names() if name.startswith((prefix, lvm_mapping_prefix(prefix)))]
+    return prefix, lvm_mapping_prefix(prefix)
 
 
 def remove_all(prefix: str) -> list[str]:

@@ -304,9 +304,9 @@ class DeviceMapperKind(ResourceKind):
             recovery.removed.append(f"removed the device-mapper mapping {name}")
 
     def sweep(self, recovery: Recovery) -> None:
-        for name in devmapper.mappings_of(recovery.root):
+        for prefix in devmapper.prefixes_of(recovery.root):
             try:
-                if devmapper.remove_all(name):
+                for name in devmapper.remove_all(prefix):
                     recovery.removed.append(f"removed the device-mapper mapping {name} (not in the journal)")
             except SetupError as exc:
                 recovery.problems.append(str(exc))

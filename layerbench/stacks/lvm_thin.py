@@ -20,7 +20,7 @@ from pydantic import field_validator, model_validator
 from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
 from layerbench.core.sizes import SizeText, parse_size
-from layerbench.linux import system
+from layerbench.linux import devmapper, system
 from layerbench.stacks.base import BuildContext, Exposed, Layer, Placement, register
 from layerbench.stacks.image import DeviceFsOptions, loop_image
 
@@ -164,7 +164,7 @@ class LvmThinLayer(Layer[LvmThinOptions]):
 
             label = f"{ctx.workdir.name}-L{self.index}"
             device = held.enter_context(ctx.scratch.dm_mappings(label, create, lvm=True))
-            group = device.removeprefix("/dev/mapper/").removesuffix("-volume").replace("--", "-")
+            group = devmapper.mapping_name(ctx.scratch.root, label)  # what create() was given
             mounted = held.enter_context(options.made_and_mounted(ctx, device, target))
 
             def snapshot() -> dict[str, object]:
