@@ -252,6 +252,36 @@ def test_dm_crypt_options_out_of_range_are_refused(options: dict[str, object], s
     assert said in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"vers": "2"}, "'3', '4.0', '4.1' or '4.2'"),  # nfsd of 6.x serves NFSv2 no more
+        ({"vers": "4.2", "proto": "udp"}, "NFS 4.2 runs over TCP only"),
+        ({"wsize": "2M"}, "wsize 2M: the kernel takes 4K to 1M"),
+        ({"nconnect": 17}, "less than or equal to 16"),
+    ],
+)
+def test_nfs_options_out_of_range_are_refused(options: dict[str, object], said: str) -> None:
+    from pydantic import ValidationError
+
+    from layerbench.stacks.nfs import NfsOptions
+
+    with pytest.raises(ValidationError) as caught:
+        NfsOptions.model_validate({"kind": "nfs", **options})
+    assert said in str(caught.value)
+
+
+def test_nfs_mounts_v4_at_its_root_and_v3_by_path_without_locks() -> None:
+    from layerbench.stacks.nfs import NfsOptions
+
+    v4 = NfsOptions.model_validate({"kind": "nfs", "rsize": "64K", "actimeo": 0, "nconnect": 4})
+    assert v4.mount_options() == ["vers=4.2", "proto=tcp", "rsize=65536", "actimeo=0", "nconnect=4"]
+    assert v4.export_options().endswith("fsid=0") and ",sync," in v4.export_options()
+    v3 = NfsOptions.model_validate({"kind": "nfs", "vers": "3", "sync": False, "readonly": True})
+    assert v3.mount_options() == ["vers=3", "proto=tcp", "nolock", "ro"]
+    assert v3.export_options().startswith("ro,async,") and v3.export_options().endswith("fsid=1")
+
+
 def test_9p_options_of_a_vm_without_a_share_are_refused() -> None:
     from pydantic import ValidationError
 

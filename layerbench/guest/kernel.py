@@ -47,6 +47,9 @@ WANTED_MODULES = (
     "dm_snapshot",
     "md_mod",  # md-raid1's
     "raid1",
+    "nfsd",  # nfs's server and client
+    "nfsv3",
+    "nfsv4",
 )
 # A stock kernel; the cloud flavour lacks 9p, rt and dbg are not what a guest runs.
 _IMAGE_NAME = re.compile(r"^linux-image-(\d[\w.+~]*-amd64)$")

@@ -74,8 +74,10 @@ def mount(
     fstype: str | None = None,
     options: list[str] | None = None,
     bind: bool = False,
+    via: list[str] | None = None,
 ) -> None:
-    argv = ["mount"]
+    """via: a command prefix the mount runs under (nsenter into a network namespace)."""
+    argv = [*(via or []), "mount"]
     if bind:
         argv.append("--bind")
     if fstype:

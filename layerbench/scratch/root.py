@@ -189,13 +189,14 @@ class Scratch:
         options: list[str] | None = None,
         bind: bool = False,
         readonly_bind: bool = False,
+        via: list[str] | None = None,
     ) -> Iterator[Path]:
         """Mount inside the scratch root; unmount on the way out, whatever happens."""
         if not inside(target, self.root):
             raise UserError(f"refusing to mount over {target}: it is outside the scratch root")
         ident = self.journal.add("mount", target)
         try:
-            mounts.mount(source, target, fstype=fstype, options=options, bind=bind)
+            mounts.mount(source, target, fstype=fstype, options=options, bind=bind, via=via)
             if readonly_bind:
                 mounts.remount_readonly_bind(target)
             yield target

@@ -1,6 +1,7 @@
 """Layers this host's kernel lacks, built inside a vm layer's guest, for real: dm-crypt on an
 LVM thin volume on md RAID1 in one guest (each layer's own counters: the mapping's writes,
-the pool's growth, both members' writes), a thin snapshot taken before the run, a cipher the
+the pool's growth, both members' writes), a thin snapshot taken before the run, NFSv4.2
+over the guest's loopback, a cipher the
 guest's kernel lacks as a failed run with cryptsetup's reason, and nothing left behind (the
 vm layer's 9p share: test_vm.py). One guest boot per stack (tcg: some 25 s each)."""
 
@@ -33,6 +34,8 @@ baseline = "guest-stacked"
 layers = [{GUEST}, {STACKED}]
 [stacks.guest-thin-snapshot]
 layers = [{GUEST}, {THIN_SNAPSHOT}]
+[stacks.guest-nfs]
+layers = [{GUEST}, {{ kind = "nfs", vers = "4.2", wsize = "64K" }}]
 [stacks.guest-serpent]
 layers = [{GUEST}, {{ kind = "dm-crypt", size = "128M", cipher = "serpent-xts-plain64" }}]
 [workloads.overwrite]
@@ -109,6 +112,23 @@ def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
     )
     grown = (facts["thin_pool_used_after"] - facts["thin_pool_used_before"]) * 256 * 2**20
     assert grown >= 0.8 * MIB_16, grown
+
+
+def test_nfs_in_the_guest_sends_every_direct_write_to_its_own_server(guest_layers: dict[str, object]) -> None:
+    """NFSv4.2 over the guest's loopback, served by an nfsd of the trial's own: each 4 KiB
+    direct write is one WRITE call (4,096 for 16 MiB), counted by the client over the timed
+    run, none sent twice; the mount carries the options asked for."""
+    run = _runs(guest_layers)["guest-nfs"]
+    assert run["status"] == "ok", run["error"]
+    facts = run["facts"]
+    assert isinstance(facts, dict)
+    assert MIB_16 // 4096 <= facts["nfs_rpc_calls"] <= MIB_16 // 4096 + 64, facts["nfs_rpc_calls"]
+    assert facts["nfs_retransmissions"] == 0
+    lines = facts["guest"]["mount_lines"]
+    client = next(line for line in lines if " type nfs4 " in line)
+    assert "vers=4.2" in client and "wsize=65536" in client and "127.0.0.1:/" in client, client
+    server = next(line for line in lines if line.startswith("nfsd "))
+    assert "rw,sync,no_subtree_check" in server and "own network namespace" in server, server
 
 
 def test_a_cipher_the_guest_lacks_is_a_failed_run_with_the_reason(guest_layers: dict[str, object]) -> None:
