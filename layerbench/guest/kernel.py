@@ -50,6 +50,7 @@ WANTED_MODULES = (
     "nfsd",  # nfs's server and client
     "nfsv3",
     "nfsv4",
+    "autofs4",  # churn through the automounter
 )
 # A stock kernel; the cloud flavour lacks 9p, rt and dbg are not what a guest runs.
 _IMAGE_NAME = re.compile(r"^linux-image-(\d[\w.+~]*-amd64)$")

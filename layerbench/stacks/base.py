@@ -56,6 +56,10 @@ class Exposed:
     # Called once the workload is prepared, before the caches are dropped and the run is
     # timed (an LVM snapshot of what the preparation wrote); their facts are stored with the run.
     before_run: list[Callable[[], dict[str, object]]] = field(default_factory=list)
+    # How an automounter's map mounts this layer's top again ("-fstype=nfs,vers=3 host:/path");
+    # None: a bind of the top. netns: the network namespace a client of its server must join.
+    automount_entry: str | None = None
+    netns: Path | None = None
 
 
 @dataclass(frozen=True)

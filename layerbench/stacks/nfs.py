@@ -157,6 +157,8 @@ class NfsLayer(Layer[NfsOptions]):
                 mount_lines=[mount_of(target).line(), served],
                 before_run=[before],
                 run_facts=[after],
+                automount_entry=f"-fstype=nfs,{','.join(options.mount_options())} {source}",
+                netns=Path(f"/proc/{server.pid}/ns/net"),
             )
 
     @contextlib.contextmanager

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from layerbench.core import failpoints
+from layerbench.core.errors import SetupError
 from layerbench.linux import mounts
 from layerbench.scratch import Scratch
 from layerbench.stacks.base import LAYER_KINDS, BuildContext, Exposed, load_kinds
+from layerbench.workloads import _automount
 
 _ALARM = re.compile(r"Oops|BUG[: ]|WARNING:|blocked for more than|hung_task|general protection fault")
 
@@ -130,6 +132,70 @@ def _cycle(
         tally.fail(f"cycle {number} unmount: {exc}")
 
 
+def _running(cycle: int, spec: dict[str, Any], deadline: float | None) -> bool:
+    return (spec["cycles"] is None or cycle < spec["cycles"]) and (
+        deadline is None or time.monotonic() < deadline
+    )
+
+
+def _through_expose(
+    spec: dict[str, Any],
+    kind: Any,
+    options: Any,
+    ctx: BuildContext,
+    below: Exposed,
+    tally: Tally,
+    deadline: float | None,
+) -> int:
+    """Cycles of the layer's own expose() and teardown; returns how many ran."""
+    workdir, cycle = ctx.workdir, 0
+    while _running(cycle, spec, deadline):
+        work_before, below_before = set(os.listdir(workdir)), set(os.listdir(below.path))
+        _cycle(cycle + 1, kind(options, spec["first_index"] + cycle), ctx, below, spec, tally)
+        cycle += 1
+        _remove_new_dirs(workdir, work_before)
+        _remove_new_dirs(below.path, below_before)
+    return cycle
+
+
+def _through_automount(spec: dict[str, Any], tally: Tally, deadline: float | None) -> int:
+    """Rounds through the trial's automount daemon, each mounting and expiring every entry;
+    returns the cycles (one mount and unmount of one entry each)."""
+    workdir, cycle = Path(spec["workdir"]), 0
+    names = [f"e{number}" for number in range(spec["entries"])]
+
+    def use(path: Path) -> None:
+        if spec["files"]:
+            _touch(path, spec["files"], spec["file_size"], os.access(path, os.W_OK))
+
+    try:
+        with _automount.automounter(workdir, spec["entries"], spec["entry"], Path(spec["top"])) as (
+            auto,
+            pid,
+        ):
+            while _running(cycle, spec, deadline):
+                mounted, failed, expiry_s = _automount.round_of(auto, names, pid, use)
+                tally.mount_s += mounted
+                tally.unmount_s += [expiry_s / len(names)] * len(mounted)
+                for text in failed:
+                    tally.fail(f"cycle {cycle + 1} mount {text}")
+                cycle += len(names)
+    except (OSError, SetupError) as exc:
+        tally.fail(f"automount: {exc}")
+    tally.errors[:0] = _automount.daemon_errors(workdir)[:10]  # the daemon's reasons first
+    return cycle
+
+
+def _slab_kib() -> int:
+    """The kernel's unreclaimable slab memory now (kB, /proc/meminfo SUnreclaim): its growth
+    per 1,000 cycles is what a leak in mounting and unmounting shows as (the reclaimable
+    part grows with the dentry and inode caches, which is no leak)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("SUnreclaim:"):
+            return int(line.split()[1])
+    return 0
+
+
 def churn(spec: dict[str, Any]) -> dict[str, Any]:
     load_kinds()
     scratch = Scratch(Path(spec["scratch"]))
@@ -148,17 +214,13 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
     loops_before = len(scratch.loop_devices())
     log = KernelLog()
     tally = Tally()
-    cycle = 0
+    slab_before = _slab_kib()
     start = time.monotonic()
     deadline = start + spec["duration"] if spec["duration"] else None
-    while (spec["cycles"] is None or cycle < spec["cycles"]) and (
-        deadline is None or time.monotonic() < deadline
-    ):
-        work_before, below_before = set(os.listdir(workdir)), set(os.listdir(below.path))
-        _cycle(cycle + 1, kind(options, spec["first_index"] + cycle), ctx, below, spec, tally)
-        cycle += 1
-        _remove_new_dirs(workdir, work_before)
-        _remove_new_dirs(below.path, below_before)
+    if spec.get("through") == "automount":
+        cycle = _through_automount(spec, tally, deadline)
+    else:
+        cycle = _through_expose(spec, kind, options, ctx, below, tally, deadline)
     elapsed = time.monotonic() - start
     # Loop devices detach themselves after the last unmount, not always at once.
     settle = time.monotonic() + 2
@@ -175,6 +237,9 @@ def churn(spec: dict[str, Any]) -> dict[str, Any]:
         "leaked_mounts": max(len(mounts.mounts_under(scratch.root)) - mounts_before, 0),
         "leaked_loops": max(len(scratch.loop_devices()) - loops_before, 0),
         "kernel_log": log.read_new(),
+        "through": spec.get("through", "expose"),
+        "slab_kib_growth": (grown := _slab_kib() - slab_before),
+        "slab_kib_per_1000_cycles": grown * 1000 / cycle if cycle else None,
     }
 
 

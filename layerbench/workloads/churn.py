@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NotRequired
 
 from pydantic import Field, model_validator
 from typing_extensions import TypedDict  # pydantic validates it before Python 3.12
@@ -16,7 +16,8 @@ from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
 from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import SizeText, parse_size
-from layerbench.scratch.resources import unmount_all_under
+from layerbench.linux import system
+from layerbench.scratch.resources import stop_processes_under, unmount_all_under
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
@@ -40,6 +41,9 @@ class ChurnResult(TypedDict):
     leaked_mounts: int
     leaked_loops: int
     kernel_log: KernelLog
+    through: NotRequired[str]  # "expose" or "automount" (runs before it: expose)
+    slab_kib_growth: NotRequired[int]  # unreclaimable slab (SUnreclaim) after minus before, KiB
+    slab_kib_per_1000_cycles: NotRequired[float | None]
 
 
 CHURN = Fact("churn", "during", "the churn's cycles, failures, mounts left and kernel messages", ChurnResult)
@@ -54,6 +58,11 @@ class ChurnOptions(WorkloadOptions):
     cycles: int | None = Field(default=None, ge=1, description="mount/unmount cycles")
     files: int = Field(default=0, ge=0, description="files written and read back in each cycle")
     file_size: SizeText = "4K"
+    # expose: the top layer built and torn down by layerbench each cycle; automount: the
+    # stack's top mounted again and again by a trial's own automount daemon (autofs), from a
+    # map of `entries` keys, each round touching every key and then expiring them all
+    through: Literal["expose", "automount"] = "expose"
+    entries: int = Field(default=4, ge=1, le=256, description="the automounter map's keys")
 
     @model_validator(mode="after")
     def _bounded(self) -> "ChurnOptions":
@@ -69,6 +78,17 @@ class Churn(Workload[ChurnOptions]):
     summary = "mount and unmount the stack's top layer in rapid succession; latencies, leaks, kernel log"
     tools = ("mount", "umount")
 
+    @classmethod
+    def missing(cls, options: WorkloadOptions | None = None) -> list[str]:
+        lacks = super().missing(options)
+        if getattr(options, "through", None) == "automount":
+            lacks += [
+                f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
+                for tool in ("automount", "unshare", "nsenter")
+                if system.tool_path(tool) is None
+            ]
+        return lacks
+
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         options = self.options
         return options.files * max(parse_size(options.file_size), 4096)
@@ -80,8 +100,10 @@ class Churn(Workload[ChurnOptions]):
         top = stack.parts[-1]
         below = stack.layers[-2]
         churn_dir = ctx.subdir("churn")
-        # Whatever a killed or timed-out child left mounted goes before the trial's own teardown.
+        # Whatever a killed or timed-out child left mounted goes before the trial's own teardown,
+        # and an automount daemon it started (a session of its own, naming churn_dir) with it.
         resources.callback(_unmount_all_under, churn_dir)
+        resources.callback(stop_processes_under, churn_dir)
         result_path = ctx.workdir / "churn-result.json"
         spec = {
             "scratch": str(ctx.scratch.root),
@@ -94,6 +116,10 @@ class Churn(Workload[ChurnOptions]):
             "files": options.files,
             "file_size": parse_size(options.file_size),
             "result": str(result_path),
+            "through": options.through,
+            "entries": options.entries,
+            "top": str(stack.top),
+            "entry": stack.layers[-1].automount_entry,
         }
         spec_path = ctx.workdir / "churn-spec.json"
         spec_path.write_text(json.dumps(spec))
@@ -105,8 +131,15 @@ class Churn(Workload[ChurnOptions]):
             prepared.units = result["cycles"]
             prepared.facts[CHURN.key] = result
 
+        argv = [sys.executable, "-m", "layerbench.workloads._churn_child", str(spec_path)]
+        if options.through == "automount":
+            # A mount namespace of the child's own: the autofs mount and every mount the daemon
+            # makes go with it; a server in a network namespace of its own is reached there.
+            argv = ["unshare", "--mount", "--propagation", "private", "--", *argv]
+            if netns := stack.layers[-1].netns:
+                argv = ["nsenter", f"--net={netns}", "--", *argv]
         return Prepared(
-            argv=[sys.executable, "-m", "layerbench.workloads._churn_child", str(spec_path)],
+            argv=argv,
             cwd=churn_dir,
             env={"PYTHONPATH": str(_PACKAGE_ROOT)},
             units=None,
@@ -164,6 +197,8 @@ class Churn(Workload[ChurnOptions]):
     def notes(cls, runs: dict[str, list[RunRecord]]) -> list[str]:
         notes: list[str] = []
         for stack, group in runs.items():
+            if slab := _slab([churn for r in group if (churn := r.fact(CHURN))]):
+                notes.append(f"churn {stack}: the kernel's unreclaimable slab {slab}")
             for run in group:
                 churn = run.fact(CHURN)
                 if not churn:
@@ -171,6 +206,18 @@ class Churn(Workload[ChurnOptions]):
                 notes += [f"churn {stack}: {e}" for e in churn["errors"][:3]]
                 notes += [f"churn {stack}: kernel log: {line}" for line in churn["kernel_log"]["lines"][:3]]
         return list(dict.fromkeys(notes))
+
+
+def _slab(results: list[ChurnResult]) -> str | None:
+    """Unreclaimable slab growth per 1,000 cycles; under 1,000 cycles the growth itself (a
+    few pages of noise over a few cycles would read as a leak of megabytes)."""
+    grown = [r["slab_kib_growth"] for r in results if "slab_kib_growth" in r]
+    cycles = sum(r["cycles"] for r in results if "slab_kib_growth" in r)
+    if not grown or not cycles:
+        return None
+    if cycles < 1000:
+        return f"{sum(grown):+,} KiB over {cycles:,} cycles"
+    return f"{sum(grown) * 1000 / cycles:+,.0f} KiB per 1,000 cycles ({cycles:,} cycles)"
 
 
 def _unmount_all_under(directory: Path) -> None:

@@ -163,12 +163,13 @@ def test_dm_crypt_on_this_host_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_the_guest_layers_are_up_leaves_nothing(tmp_path: Path) -> None:
-    """dm-crypt on an LVM thin volume on md RAID1 in a guest, a run of a minute stopped by
-    Ctrl-C: the guest goes, and with it its arrays and mappings; nothing of the trial is left
-    on this host."""
+    """NFS over dm-crypt on an LVM thin volume on md RAID1 in a guest, a run of a minute
+    stopped by Ctrl-C: the guest goes, and with it its server, arrays and mappings; nothing
+    of the trial is left on this host."""
     vm_capable()
     plan = tmp_path / "plan.toml"
-    layers = [GUEST, STACKED.replace('pool_size = "256M"', 'pool_size = "256M", snapshot = true')]
+    stacked = STACKED.replace('pool_size = "256M"', 'pool_size = "256M", snapshot = true')
+    layers = [GUEST, stacked, '{ kind = "nfs" }']
     plan.write_text(
         'name = "stopped"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n'
         f'[stacks.s]\nlayers = [{", ".join(layers)}]\n[workloads.w]\nkind = "command"\nrun = "sleep 60"\n'
@@ -185,4 +186,49 @@ def test_ctrl_c_while_the_guest_layers_are_up_leaves_nothing(tmp_path: Path) -> 
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 130, stderr
     assert "Traceback" not in stderr
+    assert leftovers(scratch) == []
+
+
+def test_churn_through_the_automounter_over_nfs_in_a_guest(tmp_path: Path) -> None:
+    """Seed 1's proof, small: a trial's own automount daemon in the guest mounts NFSv3 from
+    the guest's own server for each of 4 keys and expires them, 6 rounds: 24 cycles, none
+    failed, none left mounted, the slab growth reported, and nothing left on this host."""
+    vm_capable()
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "automount"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n'
+        f'[stacks.nfs]\nlayers = [{GUEST}, {{ kind = "nfs", vers = "3" }}]\n'
+        '[workloads.churn]\nkind = "churn"\nthrough = "automount"\nentries = 4\ncycles = 24\nfiles = 1\n'
+    )
+    db, scratch = tmp_path / "r.db", TEST_ROOT / "guest-automount"
+    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    (run,) = report["runs"]
+    churn = run["facts"]["churn"]
+    assert churn["through"] == "automount"
+    assert (churn["cycles"], churn["failures"], churn["leaked_mounts"]) == (24, 0, 0), churn["errors"]
+    assert churn["mount_s"]["p50"] > 0 and churn["unmount_s"]["p50"] > 0
+    assert isinstance(churn["slab_kib_growth"], int) and isinstance(churn["slab_kib_per_1000_cycles"], float)
+    assert churn["kernel_log"]["checked"] and churn["kernel_log"]["alarms"] == 0, churn["kernel_log"]
+    assert leftovers(scratch) == []
+
+
+def test_churn_through_the_automounter_on_a_kernel_without_autofs_says_so(tmp_path: Path) -> None:
+    from layerbench.linux import procfs
+
+    if procfs.kernel_has_filesystem("autofs"):
+        pytest.skip("this host's kernel has autofs: the churn would run here")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        'name = "automount-host"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n'
+        '[stacks.bind]\nlayers = [{ kind = "bind" }]\n'
+        '[workloads.churn]\nkind = "churn"\nthrough = "automount"\ncycles = 4\n'
+    )
+    db, scratch = tmp_path / "r.db", TEST_ROOT / "host-automount"
+    cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
+    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
+    (run,) = report["runs"]
+    assert run["status"] == "failed"
+    assert "this kernel has no autofs" in run["facts"]["churn"]["errors"][0]
     assert leftovers(scratch) == []
