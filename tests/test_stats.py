@@ -154,6 +154,23 @@ def test_equivalence_is_the_two_one_sided_tests_and_shows_their_interval() -> No
     assert wider.decision == "inconclusive" and wider.ratio_ci_level == pytest.approx(test_level)
 
 
+def test_an_equivalence_interval_that_misses_1_is_not_shown_beside_no_difference() -> None:
+    """A small steady difference: the interval at 1 - 2 alpha lies within ±10% but above 1,
+    while the test's own interval at 1 - alpha holds 1. Calling it equivalent would print an
+    interval that excludes 1 beside a verdict that found no difference: it is inconclusive,
+    and shows the test's interval, which holds 1. (Found by the property test above.)"""
+    log_ratios = np.array([0.055, 0.052, -0.019, -0.009, -0.004, 0.021, 0.039, 0.081, 0.014])
+    values = np.exp(log_ratios)
+    fit = methods.fit(values, np.ones(len(values)), paired=True, strictest_alpha=stats.ALPHA)
+    assert fit is not None
+    test_low, _, _ = fit.interval(stats.ALPHA)
+    tost_low, tost_high, _ = fit.interval(2 * stats.ALPHA)
+    assert test_low < 0 < tost_low and math.exp(tost_high) < 1 + stats.EQUIVALENCE  # the case
+    row = _row(list(np.exp(log_ratios)), [1.0] * len(log_ratios), paired=True)
+    assert row.decision == "inconclusive", row.verdict
+    assert row.ratio_ci_low is not None and row.ratio_ci_low <= 1 <= row.ratio_ci_high
+
+
 def test_median_interval_states_the_level_it_has() -> None:
     assert intervals.median_interval(np.array([3.0, 1, 2]))[2] == pytest.approx(0.75)
     low, high, level = intervals.median_interval(np.array([5.0, 1, 4, 2, 3]))

@@ -220,7 +220,8 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
 
     Equivalence is the two one-sided tests (TOST) at the row's alpha: the layer costs less
     than the margin either way when the interval at 1 - 2 alpha lies within it, and that
-    interval is the one an equivalent row shows, at its own level. A false "equivalent"
+    interval is the one an equivalent row shows, at its own level (so it must hold 1 too,
+    or it would contradict the test that found no difference). A false "equivalent"
     needs one of the two one-sided tests to err, each at most alpha, on the side the truth
     lies beyond."""
     low, high, level = fit.interval(alpha)
@@ -238,7 +239,10 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
         row.verdict = f"undecidable with {row.n} repetitions"
         return
     tost_low, tost_high, tost_level = fit.interval(min(1.0, 2 * alpha))
-    if margin > 0 and 1 - margin <= _exp(tost_low) and _exp(tost_high) <= 1 + margin:
+    # The TOST interval is narrower than the test's: where it lies within the margin but
+    # misses 1 (a small difference the test could not confirm), showing it would put an
+    # interval that excludes 1 beside a verdict of "no difference shown": inconclusive.
+    if margin > 0 and 1 - margin <= _exp(tost_low) <= 1 <= _exp(tost_high) <= 1 + margin:
         row.ratio_ci_low, row.ratio_ci_high, row.ratio_ci_level = _exp(tost_low), _exp(tost_high), tost_level
         row.decision = "equivalent"
         row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)

@@ -49,7 +49,7 @@ def churned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         pytest.skip("needs root: mounts, loop devices and /dev/kmsg")
     base = tmp_path_factory.mktemp("churn")
     plan = base / "plan.toml"
-    plan.write_text(_plan(cycles=25, files=2))
+    plan.write_text(_plan(cycles=10, files=2))
     db = base / "r.db"
     scratch = TEST_ROOT / "churn-run"
     done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
@@ -70,7 +70,7 @@ def test_churn_on_every_layer_kind(churned: dict[str, object], kind: str) -> Non
     run = next(r for r in document["runs"] if r["stack"] == kind)
     churn = run["facts"]["churn"]
     assert run["status"] == "ok", (run["error"], churn["errors"])
-    assert churn["cycles"] == 25 and run["units"] == 25 and run["unit"] == "cycles"
+    assert churn["cycles"] == 10 and run["units"] == 10 and run["unit"] == "cycles"
     assert churn["failures"] == 0 and churn["errors"] == []
     assert churn["leaked_mounts"] == 0 and churn["leaked_loops"] == 0
     assert churn["kernel_log"]["checked"] and churn["kernel_log"]["alarms"] == 0
