@@ -220,8 +220,9 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
 
     Equivalence is the two one-sided tests (TOST) at the row's alpha: the layer costs less
     than the margin either way when the interval at 1 - 2 alpha lies within it, and that
-    interval is the one an equivalent row shows, at its own level (so it must hold 1 too,
-    or it would contradict the test that found no difference). A false "equivalent"
+    interval is the one an equivalent row shows, at its own level. Being narrower than the
+    test's, it may miss 1 (a small difference the test at alpha could not confirm): its bound
+    then reads as the range it holds ("2% to 8% slower"), still within the margin. A false "equivalent"
     needs one of the two one-sided tests to err, each at most alpha, on the side the truth
     lies beyond."""
     low, high, level = fit.interval(alpha)
@@ -239,10 +240,7 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
         row.verdict = f"undecidable with {row.n} repetitions"
         return
     tost_low, tost_high, tost_level = fit.interval(min(1.0, 2 * alpha))
-    # The TOST interval is narrower than the test's: where it lies within the margin but
-    # misses 1 (a small difference the test could not confirm), showing it would put an
-    # interval that excludes 1 beside a verdict of "no difference shown": inconclusive.
-    if margin > 0 and 1 - margin <= _exp(tost_low) <= 1 <= _exp(tost_high) <= 1 + margin:
+    if margin > 0 and 1 - margin <= _exp(tost_low) and _exp(tost_high) <= 1 + margin:
         row.ratio_ci_low, row.ratio_ci_high, row.ratio_ci_level = _exp(tost_low), _exp(tost_high), tost_level
         row.decision = "equivalent"
         row.bound = _bound(row.metric, row.ratio_ci_low, row.ratio_ci_high)
@@ -267,8 +265,11 @@ def _bound(metric: str, low: float, high: float) -> str:
     """What an interval that holds 1 still allows, in the words of the metric's direction:
     "at most 4% slower, at most 3% faster" for [0.97, 1.04] of a time."""
     worse, better = _direction(metric, 1.0), _direction(metric, -1.0)
-    up, down = high - 1, 1 - low
-    return f"at most {_share(up)} {worse}, at most {_share(down)} {better}"
+    if low >= 1:  # an equivalent row's interval at 1 - 2 alpha can lie to one side of 1
+        return f"{_share(low - 1)} to {_share(high - 1)} {worse}"
+    if high <= 1:
+        return f"{_share(1 - high)} to {_share(1 - low)} {better}"
+    return f"at most {_share(high - 1)} {worse}, at most {_share(1 - low)} {better}"
 
 
 def _share(value: float) -> str:
