@@ -131,10 +131,11 @@ class NfsLayer(Layer[NfsOptions]):
         with contextlib.ExitStack() as held:
             server = held.enter_context(self._server(ctx, state, export))
             held.callback(_stop_serving, server.pid)  # before the daemons: the threads, the export
-            netns = ["nsenter", f"--net=/proc/{server.pid}/ns/net", "--"]
+            netns = Path(f"/proc/{server.pid}/ns/net")
             source = f"127.0.0.1:{'/' if options.v4 else export}"
+            via = ["nsenter", f"--net={netns}", "--"]
             held.enter_context(
-                ctx.scratch.mounted(source, target, fstype="nfs", options=options.mount_options(), via=netns)
+                ctx.scratch.mounted(source, target, fstype="nfs", options=options.mount_options(), via=via)
             )
             _past_grace(target)
             counted: dict[str, tuple[int, int]] = {}
@@ -158,7 +159,7 @@ class NfsLayer(Layer[NfsOptions]):
                 before_run=[before],
                 run_facts=[after],
                 automount_entry=f"-fstype=nfs,{','.join(options.mount_options())} {source}",
-                netns=Path(f"/proc/{server.pid}/ns/net"),
+                netns=netns,
             )
 
     @contextlib.contextmanager

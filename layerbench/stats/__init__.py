@@ -262,10 +262,11 @@ def decide(row: Summary, fit: methods.Fit, alpha: float, p_adjusted: float, desi
 
 
 def _bound(metric: str, low: float, high: float) -> str:
-    """What an interval that holds 1 still allows, in the words of the metric's direction:
-    "at most 4% slower, at most 3% faster" for [0.97, 1.04] of a time."""
+    """What an interval allows, in the words of the metric's direction: "at most 4% slower,
+    at most 3% faster" for [0.97, 1.04] of a time; "2% to 8% slower" for [1.02, 1.08] (an
+    equivalent row's interval at 1 - 2 alpha can lie to one side of 1)."""
     worse, better = _direction(metric, 1.0), _direction(metric, -1.0)
-    if low >= 1:  # an equivalent row's interval at 1 - 2 alpha can lie to one side of 1
+    if low >= 1:
         return f"{_share(low - 1)} to {_share(high - 1)} {worse}"
     if high <= 1:
         return f"{_share(1 - high)} to {_share(1 - low)} {better}"

@@ -25,10 +25,15 @@ _EXPIRE_WAIT_S = 60.0
 _TROUBLE = re.compile(r"error|fail|refused|not found|no such|denied|warn", re.IGNORECASE)
 
 
+def keys(entries: int) -> list[str]:
+    """The indirect map's keys."""
+    return [f"e{number}" for number in range(entries)]
+
+
 def map_text(entries: int, entry: str | None, top: Path) -> str:
     """The indirect map: N keys, each mounting the top again (entry: "-options location")."""
     location = entry or f"-fstype=bind :{top}"
-    return "".join(f"e{number} {location}\n" for number in range(entries))
+    return "".join(f"{key} {location}\n" for key in keys(entries))
 
 
 def autofs_mounts(autodir: Path) -> list[str]:
@@ -45,9 +50,8 @@ def automounter(workdir: Path, entries: int, entry: str | None, top: Path) -> It
             "churn through the automounter: this kernel has no autofs (a stack above a vm layer "
             "churns in its guest, whose kernel loads autofs4)"
         )
-    autodir, run_dir = workdir / "auto", workdir / "automount-run"
+    autodir = workdir / "auto"
     autodir.mkdir()
-    run_dir.mkdir()
     (workdir / "auto.map").write_text(map_text(entries, entry, top))
     (workdir / "auto.master").write_text(f"{autodir} file:{workdir / 'auto.map'} --timeout=3600\n")
     # Its fifos and pid file go to /run: a tmpfs there, in this namespace only.

@@ -162,7 +162,7 @@ def _through_automount(spec: dict[str, Any], tally: Tally, deadline: float | Non
     """Rounds through the trial's automount daemon, each mounting and expiring every entry;
     returns the cycles (one mount and unmount of one entry each)."""
     workdir, cycle = Path(spec["workdir"]), 0
-    names = [f"e{number}" for number in range(spec["entries"])]
+    names = _automount.keys(spec["entries"])
 
     def use(path: Path) -> None:
         if spec["files"]:

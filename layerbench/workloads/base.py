@@ -113,9 +113,14 @@ class Workload(ABC, Generic[OptionsT]):
     def missing(cls, options: WorkloadOptions | None = None) -> list[str]:
         return [
             f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
-            for tool in cls.tools
+            for tool in (*cls.tools, *cls.extra_tools(options))
             if system.tool_path(tool) is None
         ]
+
+    @classmethod
+    def extra_tools(cls, options: WorkloadOptions | None) -> tuple[str, ...]:
+        """Commands these options need besides `tools`."""
+        return ()
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         """An upper estimate of the bytes a trial puts on the stack's top (prepare and run),

@@ -16,7 +16,6 @@ from layerbench.core.errors import SetupError
 from layerbench.core.facts import Fact, declare
 from layerbench.core.runs import RunRecord
 from layerbench.core.sizes import SizeText, parse_size
-from layerbench.linux import system
 from layerbench.scratch.resources import stop_processes_under, unmount_all_under
 from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
@@ -79,15 +78,9 @@ class Churn(Workload[ChurnOptions]):
     tools = ("mount", "umount")
 
     @classmethod
-    def missing(cls, options: WorkloadOptions | None = None) -> list[str]:
-        lacks = super().missing(options)
-        if getattr(options, "through", None) == "automount":
-            lacks += [
-                f"{tool} (apt-get install {system.PACKAGE_OF_TOOL.get(tool, tool)})"
-                for tool in ("automount", "unshare", "nsenter")
-                if system.tool_path(tool) is None
-            ]
-        return lacks
+    def extra_tools(cls, options: WorkloadOptions | None) -> tuple[str, ...]:
+        automount = getattr(options, "through", None) == "automount"
+        return ("automount", "unshare", "nsenter") if automount else ()
 
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         options = self.options

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, start_cli, vm_capable
+from helpers import TEST_ROOT, cli, leftovers, run_plan, start_cli, vm_capable
 
 pytestmark = pytest.mark.e2e
 
@@ -199,17 +199,13 @@ def test_churn_through_the_automounter_over_nfs_in_a_guest(tmp_path: Path) -> No
     failed, none left mounted, the slab growth reported, and nothing left on this host
     (examples/netbsd-churn.toml --quick runs 160)."""
     vm_capable()
-    plan = tmp_path / "plan.toml"
-    plan.write_text(
+    plan = (
         'name = "automount"\nreps = 1\nwarmup = 0\nrerun_disturbed = 0\n'
         f'[stacks.nfs]\nlayers = [{GUEST}, {{ kind = "nfs", vers = "3" }}]\n'
         '[workloads.churn]\nkind = "churn"\nthrough = "automount"\nentries = 2\ncycles = 8\nfiles = 1\n'
     )
-    db, scratch = tmp_path / "r.db", TEST_ROOT / "guest-automount"
-    done = cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(cli("report", "--db", str(db), "--format", "json", check=True).stdout)
-    (run,) = report["runs"]
+    scratch = TEST_ROOT / "guest-automount"
+    (run,) = run_plan(tmp_path, plan, scratch)["runs"]  # exits 0, or says how it did not
     churn = run["facts"]["churn"]
     assert churn["through"] == "automount"
     assert (churn["cycles"], churn["failures"], churn["leaked_mounts"]) == (8, 0, 0), churn["errors"]
