@@ -23,7 +23,10 @@ BUDGET_S = 60
 # stream-write about 5 times slower; a margin of 1 decides that, and its absence against the
 # Python daemon's noise, in the first rounds. The tests are of the search on a real system,
 # not of fine measurement: no sentinel, no settle wait, no memory held warm, which keeps a
-# bisect of 16 commits under a minute.
+# bisect of 16 commits under a minute. The writer (cpus) and the daemon (taskset) share one
+# CPU: on this 2-vCPU VM an 8M write through the daemon took 0.025 s with both on one CPU
+# and 0.19-0.22 s on two (each 4 KiB write a wakeup across vCPUs), and left to the scheduler
+# 0.025-0.2 s from run to run, so like-for-like steps ran all their looks (27 repetitions).
 PLAN = f"""
 name = "bisect-e2e"
 warmup = 0
@@ -33,6 +36,7 @@ seed = 11
 sentinel = false
 settle = 0
 warm_memory = false
+cpus = [0]
 [bisect]
 repo = "repo"
 build = "{sys.executable} -m py_compile passthrough.py"
@@ -43,7 +47,7 @@ probes = 1
 layers = [
   {{ kind = "tmpfs", size = "64M" }},
   {{ kind = "fuse-daemon", command = [
-    "{sys.executable}", "{{checkout}}/passthrough.py", "{{source}}", "{{target}}"
+    "taskset", "-c", "0", "{sys.executable}", "{{checkout}}/passthrough.py", "{{source}}", "{{target}}"
   ] }},
 ]
 [workloads.write]
