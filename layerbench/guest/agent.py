@@ -2,13 +2,17 @@
 init from the host's root (read-only over 9p). It runs the rest of the trial with the trial
 procedure the host uses (executors/procedure.py): build the layers above the vm layer, then
 prepare, drop caches, and, once the host has taken its counters, the timed run. It reads its
-request from SHARE/request.json and answers in SHARE/result.json."""
+request from SHARE/request.json and answers in SHARE/result.json as soon as the run is
+measured, before its layers come down: the host stops the guest once it has the answer (the
+guest is thrown away whole, its arrays, mappings and servers with it; under tcg their
+teardown took 10-17 s a guest)."""
 
 import contextlib
 import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from layerbench.core.errors import SetupError, UserError
@@ -25,7 +29,8 @@ def _uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def run(request: GuestRequest, share: Path) -> GuestAnswer:
+def run(request: GuestRequest, share: Path, deliver: Callable[[GuestAnswer], None]) -> None:
+    """Build, prepare, run, and deliver the answer while the layers are still up."""
     phases = {"agent_started_s": _uptime()}
     layer_kinds = load_kinds()
     workload_kinds = load_workload_kinds()
@@ -71,20 +76,27 @@ def run(request: GuestRequest, share: Path) -> GuestAnswer:
             phases[f"{phase}d_s" if phase == "prepare" else f"{phase}_s"] = _uptime()
 
         result = procedure.run_on_top(workload, ctx, built, resources, timed, lap)
-        return GuestAnswer(result=result, phases=phases, mount_lines=built.mount_lines, devices=devices)
+        deliver(GuestAnswer(result=result, phases=phases, mount_lines=built.mount_lines, devices=devices))
 
 
 def main(share: Path) -> int:
+    delivered: list[GuestAnswer] = []
+
+    def deliver(answer: GuestAnswer) -> None:
+        part = share / "result.json.part"
+        part.write_text(answer.model_dump_json())
+        os.replace(part, share / "result.json")
+        delivered.append(answer)
+
     try:
-        answer = run(GuestRequest.model_validate_json((share / "request.json").read_text()), share)
+        run(GuestRequest.model_validate_json((share / "request.json").read_text()), share, deliver)
     except (SetupError, UserError) as exc:
-        answer = GuestAnswer(error=str(exc))
+        if not delivered:  # a teardown's error after the answer changes nothing the host has
+            deliver(GuestAnswer(error=str(exc)))
     except BaseException as exc:
-        last = traceback.format_exception(exc)[-1].strip()
-        answer = GuestAnswer(error=f"agent failed: {last}")
-    part = share / "result.json.part"
-    part.write_text(answer.model_dump_json())
-    os.replace(part, share / "result.json")
+        if not delivered:
+            last = traceback.format_exception(exc)[-1].strip()
+            deliver(GuestAnswer(error=f"agent failed: {last}"))
     return 0
 
 
