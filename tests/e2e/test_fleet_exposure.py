@@ -6,6 +6,7 @@ Everything runs on loopback, with Ray's temporary directory under the test root 
 sessions never mix with another Ray's); afterwards exactly the processes started are
 killed and that directory removed, whatever the outcome."""
 
+import concurrent.futures
 import contextlib
 import ipaddress
 import os
@@ -223,37 +224,61 @@ def test_without_the_fleets_token_nothing_connects_or_runs(loopback_fleet: dict,
         and loopback_fleet["credentials"].stat().st_mode & 0o777 == 0o700
     )
     wrong = _credentials(tmp_path / "wrong", secrets.token_hex(32))
-
-    # Layerbench's own clients and hosts: one line, exit 2, nothing started.
-    for command in (
+    readable = _credentials(tmp_path / "readable", token.read_text())
+    os.chmod(readable / "token", 0o644)
+    ours = (
         ("host", "list", address),
         ("host", "join", address, "--name", "intruder", "--scratch", str(tmp_path / "s"), "--bind", LOOPBACK),
         ("run", str(REPO / "examples" / "command.toml"), "--fleet", address, "--db", str(tmp_path / "r.db")),
-    ):
-        done = cli(*command, "--credentials", str(wrong), env=env, timeout=120)
+    )
+    # Every client below is a process of its own that waits on the head, mostly for a
+    # refusal's timeout: they run side by side (4 at a time), and are judged one by one.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        with_wrong = [
+            pool.submit(cli, *command, "--credentials", str(wrong), env=env, timeout=120) for command in ours
+        ]
+        with_readable = pool.submit(
+            cli, "host", "list", address, "--credentials", str(readable), env=env, timeout=120
+        )
+        with_none = pool.submit(
+            cli, "host", "list", address, "--credentials", str(tmp_path / "none"), env=env, timeout=120
+        )
+        refused = [
+            (
+                pool.submit(_ray_client, _DRIVER, address, path, env),
+                pool.submit(_ray_client, _GCS_CLIENT, address, path, env),
+            )
+            for path in (None, wrong / "token")
+        ]
+        allowed = (
+            pool.submit(_ray_client, _DRIVER, address, token, env),
+            pool.submit(_ray_client, _GCS_CLIENT, address, token, env),
+        )
+
+    # Layerbench's own clients and hosts: one line, exit 2, nothing started.
+    for command, future in zip(ours, with_wrong, strict=True):
+        done = future.result()
         assert done.returncode == 2 and done.stderr.count("\n") == 1, (command, done.stderr)
         assert "refused the token" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (Path(_unified()) / confine.PARENT / "host-intruder").exists()
 
     # Credentials others could read are refused before anything is sent.
-    readable = _credentials(tmp_path / "readable", token.read_text())
-    os.chmod(readable / "token", 0o644)
-    done = cli("host", "list", address, "--credentials", str(readable), env=env, timeout=120)
+    done = with_readable.result()
     assert done.returncode == 2 and "readable by group or others" in done.stderr, done.stderr
-    missing = cli("host", "list", address, "--credentials", str(tmp_path / "none"), env=env, timeout=120)
+    missing = with_none.result()
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
 
     # Ray's own clients: a driver without the token, or with a wrong one, connects to nothing
     # and runs nothing; the GCS refuses it as unauthenticated. With the token, both work.
-    for token_path in (None, wrong / "token"):
-        driver = _ray_client(_DRIVER, address, token_path, env)
+    for driver_future, gcs_future in refused:
+        driver = driver_future.result()
         assert driver.returncode != 0 and "task ran" not in driver.stdout, driver.stdout
         assert "Unauthenticated" in driver.stderr, driver.stderr[-2000:]
-        gcs = _ray_client(_GCS_CLIENT, address, token_path, env)
+        gcs = gcs_future.result()
         assert gcs.returncode != 0 and "answered" not in gcs.stdout and "Authentication" in gcs.stderr
-    driver = _ray_client(_DRIVER, address, token, env)
+    driver = allowed[0].result()
     assert driver.returncode == 0 and "task ran: 42" in driver.stdout, driver.stderr[-2000:]
-    assert "answered" in _ray_client(_GCS_CLIENT, address, token, env).stdout
+    assert "answered" in allowed[1].result().stdout
 
     # Each node's runtime-env agent (HTTP): 401 without the token, served with it.
     found = _listeners_of(_session_processes(str(loopback_fleet["root"])))
