@@ -206,9 +206,11 @@ echo "layerbench-init: started"
 mount -t devtmpfs dev /dev
 mount -t proc proc /proc
 mount -t sysfs sys /sys
+echo "layerbench-init: uptime $(cat /proc/uptime), loading modules"
 for module in $(cat /modules.order); do
     insmod "/modules/$module" || echo "layerbench-init: insmod $module failed"
 done
+echo "layerbench-init: uptime $(cat /proc/uptime), modules loaded"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 lbshare /share || reboot -f
 . /share/boot.env
 # The host root is only read: let the guest cache it, or every import crosses 9p.
@@ -224,6 +226,7 @@ if [ -n "$WORK_MOUNT" ]; then
     mount -t 9p -o "trans=virtio,version=9p2000.L,$WORK_OPTIONS" lbwork "/newroot$WORK_MOUNT" \
         || echo "layerbench-init: cannot mount the 9p share $WORK_MOUNT"
 fi
+echo "layerbench-init: uptime $(cat /proc/uptime), starting the agent"
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root PYTHONPATH="$PYTHONPATH" PYTHONDONTWRITEBYTECODE=1 \
     LAYERBENCH_TEST_SYNC_TOP_ONLY="$SYNC_TOP_ONLY" \

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerbench import stats
 from layerbench.core.facts import Fact, declare
 from layerbench.core.runs import DISTURBED, RERUN, RunRecord
 
@@ -62,6 +61,10 @@ def judge(before: Snapshot, after: Snapshot, wall_s: float, own_cpu_s: float) ->
 
 def warnings(runs: list[RunRecord]) -> list[str]:
     """One line naming the runs other processes disturbed, for the reports."""
+    # Imported here: the guest's agent imports this module to time its run, and numpy, which
+    # the statistics bring, took seconds to import there (tcg, over 9p).
+    from layerbench import stats
+
     hit = [r for r in runs if r.fact(DISTURBED)]
     if not hit:
         return []
