@@ -1,4 +1,5 @@
-"""stream-write's fill: allocated where the top can preallocate, written where it cannot."""
+"""stream-write's fill: written with O_DIRECT by default, through the page cache on request,
+allocated where the top can preallocate, and written where it cannot."""
 
 import os
 from pathlib import Path
@@ -18,8 +19,15 @@ def test_an_allocated_fill_takes_the_space_without_writing_it(tmp_path: Path) ->
 
 def test_a_written_fill_holds_zeros(tmp_path: Path) -> None:
     fill = tmp_path / "fill.dat"
-    assert _workload()._fill(fill, 3 << 20) == "write"  # the default
+    assert _workload(fill_with="write")._fill(fill, 3 << 20) == "write"
     assert fill.read_bytes() == bytes(3 << 20)
+
+
+def test_the_default_fill_is_written_with_o_direct(tmp_path: Path) -> None:
+    fill = tmp_path / "fill.dat"
+    assert _workload()._fill(fill, 4 << 20) == "direct"
+    assert fill.stat().st_size == 4 << 20 and fill.stat().st_blocks * 512 >= 4 << 20
+    assert fill.read_bytes() == bytes(4 << 20)
 
 
 def test_a_top_that_cannot_preallocate_is_written(tmp_path: Path) -> None:

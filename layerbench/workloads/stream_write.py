@@ -16,7 +16,12 @@ from layerbench.stacks.base import BuildContext, BuiltStack
 from layerbench.workloads.base import Prepared, Workload, WorkloadOptions, register
 
 FILL_BYTES = Fact("fill_bytes", "before", "bytes of fill written before the run (the fs made non-empty)", int)
-FILL_WITH = Fact("fill_with", "before", "how the fill was made: written, or allocated", str)
+FILL_WITH = Fact(
+    "fill_with",
+    "before",
+    "how the fill was made: written with O_DIRECT, written through the page cache, or allocated",
+    str,
+)
 declare(FILL_BYTES, FILL_WITH)
 
 
@@ -27,12 +32,14 @@ class StreamWriteOptions(WorkloadOptions):
         default=0.0,
         description="untimed data written first: a fraction of the file system (0-0.95) or a size",
     )
-    # How the fill takes its space: "write" (zeros written through the page cache and synced,
-    # as the seed did) or "allocate" (fallocate(2): the blocks or pages are taken and nothing
-    # is copied; where the top cannot preallocate, it is written). Not the default, measured:
-    # a virtio disk that is fast only right after large writes met the timed write cold after
-    # an allocated fill (1 GiB: 0.73-3.34 s against 0.66-0.88 s after a written one).
-    fill_with: Literal["write", "allocate"] = "write"
+    # How the fill takes its space: "direct" (zeros written with O_DIRECT and synced: on the
+    # disk as "write" leaves them, without a page cache to fill and drop; where the top takes
+    # no O_DIRECT, through the page cache), "write" (zeros written through the page cache and
+    # synced, as the seed did) or "allocate" (fallocate(2): the blocks or pages are taken and
+    # nothing is copied; where the top cannot preallocate, it is written). Not "allocate",
+    # measured: a virtio disk that is fast only right after large writes met the timed write
+    # cold after an allocated fill (1 GiB: 0.73-3.34 s against 0.66-0.88 s after a written one).
+    fill_with: Literal["direct", "write", "allocate"] = "direct"
     fsync: bool = True  # the final fsync is part of the timed run
     direct: bool = False  # O_DIRECT writes, bypassing the page cache
 
@@ -77,17 +84,18 @@ class StreamWrite(Workload[StreamWriteOptions]):
         return parse_size(self.options.size)  # the fill is written before, untimed
 
     def _fill(self, path: "os.PathLike[str]", nbytes: int) -> str:
-        """Take nbytes on the top, untimed; how it was done ("allocate" or "write")."""
-        if self.options.fill_with == "allocate":
-            allocated = subprocess.run(
-                ["fallocate", "-l", str(nbytes), os.fspath(path)], capture_output=True, check=False
-            )
-            if allocated.returncode == 0:
-                return "allocate"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # a FUSE daemon or a file system without fallocate(2): write it
+        """Take nbytes on the top, untimed; how it was done ("direct", "write" or "allocate")."""
         megabytes = -(-nbytes // 2**20)
         dd = ["dd", "if=/dev/zero", f"of={os.fspath(path)}", "bs=1M", f"count={megabytes}", "status=none"]
+        first = {
+            "allocate": ["fallocate", "-l", str(nbytes), os.fspath(path)],
+            "direct": [*dd, "oflag=direct"],
+        }.get(self.options.fill_with)
+        if first is not None:
+            if subprocess.run(first, capture_output=True, check=False, timeout=3600).returncode == 0:
+                return self.options.fill_with
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a top without fallocate(2) or O_DIRECT (a FUSE daemon): write it
         system.run(dd, timeout=3600)
         return "write"
 
