@@ -92,7 +92,11 @@ class StreamWrite(Workload[StreamWriteOptions]):
             "direct": [*dd, "oflag=direct"],
         }.get(self.options.fill_with)
         if first is not None:
-            if subprocess.run(first, capture_output=True, check=False, timeout=3600).returncode == 0:
+            try:
+                tried = subprocess.run(first, capture_output=True, check=False, timeout=3600)
+            except subprocess.TimeoutExpired:
+                raise SetupError(f"stream-write: the fill ({' '.join(first)}) took over an hour") from None
+            if tried.returncode == 0:
                 return self.options.fill_with
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # a top without fallocate(2) or O_DIRECT (a FUSE daemon): write it
