@@ -25,7 +25,8 @@ THIN_SNAPSHOT = '{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapsho
 # NFS served from the thin volume (one guest boot for both): its sync export makes each
 # direct write over NFS stable on the volume within the run.
 NFS = '{ kind = "nfs", vers = "4.2", wsize = "64K" }'
-# One job for every stack: 8 MiB laid out (written) untimed, then overwritten at random,
+JOB_BYTES = 8 * 2**20  # NFS's sync writes take some 11 ms each under tcg: 23 s for these
+# One job for every stack: JOB_BYTES laid out (written) untimed, then overwritten at random,
 # 4 KiB direct writes, so that the timed writes land on blocks a thin snapshot shares.
 PLAN = f"""
 name = "guest-layers"
@@ -44,14 +45,12 @@ kind = "fio"
 [workloads.overwrite.options]
 rw = "randwrite"
 bs = "4k"
-size = "8M"
+size = "{JOB_BYTES >> 20}M"
 overwrite = 1
 ioengine = "psync"
 direct = 1
 end_fsync = 1
 """
-
-JOB_BYTES = 8 * 2**20  # NFS's sync writes take some 11 ms each under tcg: 23 s for these
 
 
 @pytest.fixture(scope="module")
