@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import stored  # noqa: E402
 
-from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors import local  # noqa: E402
+from layerbench.store import ExperimentRecord  # noqa: E402
 
 DIRECT, CACHED = "sw-direct", "sw-write"
 
@@ -61,22 +61,18 @@ def rows(runs: list[RunRecord]) -> list[str]:
     return lines
 
 
-def main() -> int:
-    args = stored.arguments(__doc__.splitlines()[0], "fill-direct.db")
-    try:
-        experiment, runs = stored.experiment(args.db, args.experiment)
-    except UserError as exc:
-        print(f"fill_direct: {exc}", file=sys.stderr)
-        return 2
-    print(f"The fill written with O_DIRECT against through the page cache, experiment {experiment.id}\n")
-    print(
-        "| stack | pairs | preparing (median): direct, page cache | ratio [95 %] "
-        "| timed write (median): direct, page cache | ratio [95 %] |"
+def show(db: str, experiment: ExperimentRecord, runs: list[RunRecord]) -> str:
+    return "\n".join(
+        [
+            f"The fill written with O_DIRECT against through the page cache, experiment {experiment.id}"
+            f" ({db})\n",
+            "| stack | pairs | preparing (median): direct, page cache | ratio [95 %] "
+            "| timed write (median): direct, page cache | ratio [95 %] |",
+            "|---|---|---|---|---|---|",
+            *rows(runs),
+        ]
     )
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows(runs)))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stored.main(__doc__ or "", "fill-direct.db", show))

@@ -29,12 +29,12 @@ sys.path.insert(0, str(REPO / "bench"))
 import stored  # noqa: E402
 
 from layerbench.core import metrics  # noqa: E402
-from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.facts import Fact  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors.local import PHASE_TEARDOWN_S  # noqa: E402
 from layerbench.observe import kernelstats, noise, settle  # noqa: E402
 from layerbench.observe.warm_memory import WARM_MEMORY_BYTES  # noqa: E402
+from layerbench.store import ExperimentRecord  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -152,26 +152,17 @@ def budget(runs: list[RunRecord], workload: str) -> list[str]:
     return lines
 
 
-def main() -> int:
-    args = stored.arguments(__doc__.splitlines()[0], "layerbench.db")
-    try:
-        experiment, runs = stored.experiment(args.db, args.experiment)
-    except UserError as exc:
-        print(f"noise_budget: {exc}", file=sys.stderr)
-        return 2
-    ident = experiment.id
+def show(db: str, experiment: ExperimentRecord, runs: list[RunRecord]) -> str:
     previous_teardown = None
     marked = []
     for run in runs:  # the trial before in the experiment's order: what it left to delete
         marked.append(replace(run, facts={**run.facts, PREVIOUS_TEARDOWN.key: previous_teardown}))
         previous_teardown = run.fact(PHASE_TEARDOWN_S)
-    runs = marked
-    workloads = list(dict.fromkeys(run.workload for run in runs))
-    print(f"Noise budget of experiment {ident} ({args.db})\n")
-    for workload in workloads:
-        print("\n".join(budget(runs, workload)) + "\n")
-    return 0
+    workloads = list(dict.fromkeys(run.workload for run in marked))
+    parts = [f"Noise budget of experiment {experiment.id} ({db})\n"]
+    parts += ["\n".join(budget(marked, workload)) + "\n" for workload in workloads]
+    return "\n".join(parts)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(stored.main(__doc__ or "", "layerbench.db", show))

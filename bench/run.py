@@ -478,7 +478,9 @@ def memory_device(under: Path, size: str) -> Iterator[Path]:
         # run would cost a host fault in that run (a sparse image let 512M writes run at
         # 550-2000 MB/s from one round to the next, on both sides alike).
         image_layer.make_image(image, room, preallocate=True)
-        system.run(["mkfs.ext4", *image_layer.MKFS_ARGUMENTS["ext4"], str(image)])
+        # mkfs discards the whole device first, and on an image file that punches holes:
+        # every page just taken would go back (nodiscard keeps them).
+        system.run(["mkfs.ext4", *image_layer.ext4_mkfs_arguments("nodiscard"), str(image)])
         mounts.mount(str(image), top, fstype="ext4", options=["loop"])
         stack.callback(mounts.unmount, top)
         yield top

@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO / "bench"))
 import stored  # noqa: E402
 
 from layerbench import stats  # noqa: E402
-from layerbench.core.errors import UserError  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors import local  # noqa: E402
+from layerbench.store import ExperimentRecord  # noqa: E402
 
 UNTIMED_FACTS = (
     local.PHASE_BUILD_S,
@@ -80,7 +80,7 @@ def rows(runs: list[RunRecord], baseline: str, design: stats.Design) -> list[str
         else:
             need = "-"
         lines.append(
-            f"| {row.workload} | {base_median:.3f} s, {median:.3f} s "
+            f"| {row.workload} | {row.stack} | {base_median:.3f} s, {median:.3f} s "
             f"| {baseline_rows[row.workload].cv:.1%}, {row.cv:.1%} "
             f"| {_log_sd(base_walls):.3f}, {_log_sd(walls):.3f} | {_paired_sd(own, base):.3f} "
             f"| {base_untimed:.2f} s, {untimed:.2f} s "
@@ -89,24 +89,18 @@ def rows(runs: list[RunRecord], baseline: str, design: stats.Design) -> list[str
     return lines
 
 
-def main() -> int:
-    args = stored.arguments(__doc__.splitlines()[0], "run-length.db")
-    try:
-        experiment, runs = stored.experiment(args.db, args.experiment)
-    except UserError as exc:
-        print(f"run_length: {exc}", file=sys.stderr)
-        return 2
-    ident = experiment.id
+def show(db: str, experiment: ExperimentRecord, runs: list[RunRecord]) -> str:
     design = stats.Design.of_plan(experiment.plan)
-    print(f"Run length, experiment {ident} ({args.db}), each stack against {experiment.baseline}\n")
-    print(
-        "| workload | median (baseline, stack) | CV | log sd | paired log-ratio sd "
-        "| untimed per trial | ratio [interval] verdict | to decide: reps, experiment time |"
+    return "\n".join(
+        [
+            f"Run length, experiment {experiment.id} ({db}), each stack against {experiment.baseline}\n",
+            "| workload | stack | median (baseline, stack) | CV | log sd | paired log-ratio sd "
+            "| untimed per trial | ratio [interval] verdict | to decide: reps, experiment time |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows(runs, experiment.baseline, design),
+        ]
     )
-    print("|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows(runs, experiment.baseline, design)))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stored.main(__doc__ or "", "run-length.db", show))

@@ -2,6 +2,9 @@
 of it read without changing it (the latest, or the one asked for)."""
 
 import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from layerbench.core.errors import UserError
 from layerbench.core.runs import RunRecord
@@ -13,6 +16,19 @@ def arguments(description: str, default_db: str) -> argparse.Namespace:
     parser.add_argument("--db", default=default_db)
     parser.add_argument("--experiment", type=int, help="an experiment's id (default: the latest)")
     return parser.parse_args()
+
+
+def main(doc: str, default_db: str, show: Callable[[str, ExperimentRecord, list[RunRecord]], str]) -> int:
+    """A reading script's whole main: the experiment asked for (the latest by default), and
+    show(db, experiment, runs) printed; one line and exit status 2 where there is none."""
+    args = arguments(doc.splitlines()[0], default_db)
+    try:
+        chosen, runs = experiment(args.db, args.experiment)
+    except UserError as exc:
+        print(f"{Path(sys.argv[0]).stem}: {exc}", file=sys.stderr)
+        return 2
+    print(show(args.db, chosen, runs))
+    return 0
 
 
 def experiment(db: str, ident: int | None) -> tuple[ExperimentRecord, list[RunRecord]]:

@@ -66,7 +66,7 @@ def test_only_undecided_stacks_and_the_baseline_run_again() -> None:
     assert sorted(trials) == [("a", "w", 5), ("b", "w", 5)]
 
 
-# A stable plan: the time is set by a throttle (128 MiB at 64 MiB/s, 2 s), not by the machine;
+# A stable plan: the time is set by a throttle (64 MiB at 64 MiB/s, 1 s), not by the machine;
 # the cold start of each run after dropped caches is a small part of it.
 THROTTLED = (
     '{ kind = "tmpfs", size = "256M" }, { kind = "image", size = "192M" }, '
@@ -74,7 +74,7 @@ THROTTLED = (
 )
 
 
-def _plan(tmp_path: Path, target: float, max_reps: int, decide: str = "", size: str = "128M") -> Path:
+def _plan(tmp_path: Path, target: float, max_reps: int, decide: str = "", size: str = "64M") -> Path:
     plan = tmp_path / "auto.toml"
     plan.write_text(
         f"""

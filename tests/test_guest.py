@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from layerbench.core.errors import SetupError
 from layerbench.guest import kernel
 from layerbench.guest.kernel import _Cpio, _depends
 
@@ -81,3 +82,35 @@ def test_the_guest_loads_every_kernel_module_a_layer_kind_needs() -> None:
     if cached:  # the guest's kernel is fetched by a vm run; module_order raises for a missing one
         order = {kernel._module_name(p) for p in kernel.module_order(cached[-1])}
         assert needed <= order | kernel._builtin(cached[-1])
+
+
+def test_a_guest_loads_only_the_modules_its_stack_asks_for_each_after_what_it_needs() -> None:
+    """The boot modules are loaded from modules.order; a layer's or workload's own (dm, md,
+    NFS, autofs) only when its request names them, after their dependencies and companions."""
+    cached = sorted(kernel.cache_dir().glob("*/vmlinuz"))
+    if not cached:
+        pytest.skip("no guest kernel fetched yet (a vm run fetches it)")
+    home = cached[-1].parent
+    guest = kernel.GuestKernel(release=next((home / "tree/lib/modules").iterdir()).name, vmlinuz=cached[-1],
+                               initramfs=home / "unused")  # fmt: skip
+    assert guest.modules_on_request([]) == []
+    crypt = guest.modules_on_request(["dm_mod", "dm_crypt"])
+    assert {"dm_mod.ko", "dm_crypt.ko", "xts.ko", "algif_skcipher.ko"} <= set(crypt)
+    assert crypt.index("dm_mod.ko") < crypt.index("dm_crypt.ko")
+    assert not set(crypt) & {"ext4.ko", "9p.ko", "loop.ko"}  # loaded at boot already
+    assert "autofs4.ko" in guest.modules_on_request(["autofs4"])
+    with pytest.raises(SetupError, match="no module zfs"):
+        guest.modules_on_request(["zfs"])
+
+
+def test_a_guest_request_names_the_modules_of_the_layers_above_the_vm_and_of_the_workload() -> None:
+    from layerbench.stacks.base import load_kinds
+    from layerbench.workloads.base import load_kinds as load_workload_kinds
+
+    kinds = load_kinds()
+    assert {"dm_mod", "dm_crypt"} <= set(kinds["dm-crypt"].kernel_modules)
+    churn = load_workload_kinds()["churn"]
+    assert churn.kernel_modules_for(churn.Options(kind="churn", through="automount")) == ("autofs4",)
+    assert churn.kernel_modules_for(churn.Options(kind="churn")) == ()
+    script = kernel.INIT_SCRIPT
+    assert script.index(". /share/boot.env") < script.index("for module in $MODULES")

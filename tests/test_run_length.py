@@ -38,7 +38,8 @@ SCRIPT = REPO / "bench" / "run_length.py"
 
 def _cells(stdout: str) -> dict[str, list[str]]:
     rows = [line.strip("|").split(" | ") for line in stdout.splitlines() if line.startswith("| ")]
-    return {row[0].strip(): [cell.strip() for cell in row] for row in rows}
+    # keyed by workload, the stack's column dropped (each row is stack b against a)
+    return {row[0].strip(): [row[0].strip(), *(cell.strip() for cell in row[2:])] for row in rows}
 
 
 def test_a_longer_run_has_the_smaller_spread_and_the_untimed_work_is_priced(tmp_path: Path) -> None:
@@ -66,6 +67,7 @@ def test_a_longer_run_has_the_smaller_spread_and_the_untimed_work_is_priced(tmp_
     )
     assert done.returncode == 0, done.stderr
     cells = _cells(done.stdout)
+    assert [line.split(" | ")[1] for line in done.stdout.splitlines() if line.startswith("| short")] == ["b"]
     short_sd = [float(v) for v in cells["short"][3].split(", ")]
     long_sd = [float(v) for v in cells["long"][3].split(", ")]
     assert all(0.1 < sd < 0.35 for sd in short_sd) and all(0.03 < sd < 0.15 for sd in long_sd), (

@@ -461,4 +461,8 @@ def _guest_request(built: BuiltStack, workload: Workload[WorkloadOptions]) -> Gu
         packed=workload.packed(),
         reference_fs_size=workload.reference_fs_size,
         timeout=workload.options.timeout,
+        kernel_modules=sorted(
+            {module for layer in built.rest for module in layer.kernel_modules}
+            | set(workload.kernel_modules_for(workload.options))
+        ),
     )

@@ -21,8 +21,9 @@ from layerbench.content.cache import CACHE_DIR
 from layerbench.core.errors import SetupError, UserError
 from layerbench.linux import system
 
-# The guest needs virtio-mmio devices (microvm), its disk, ext4 and the host's root over 9p.
-WANTED_MODULES = (
+# What every guest loads at boot: virtio-mmio devices (microvm), its disk, ext4, the host's
+# root over 9p, and the layers every guest stack may use (loop, overlay, a SCSI disk).
+BOOT_MODULES = (
     "virtio_mmio",
     "virtio_blk",
     "crc16",
@@ -32,26 +33,32 @@ WANTED_MODULES = (
     "ext4",
     "9pnet_virtio",
     "9p",
-    # layers above the vm layer, inside the guest
     "loop",
     "overlay",
     "virtio_scsi",
     "sd_mod",
-    # dm-crypt's: device-mapper, the crypt target, XTS, and the kernel's crypto API for
-    # programs (cryptsetup encrypts its key slots through it)
+)
+# In the initramfs but loaded only by a guest whose layers or workload name them
+# (Layer.kernel_modules, Workload.kernel_modules_for): under tcg every module costs boot
+# time, and dm, md, NFS and autofs together took about a second of each guest's boot.
+ON_REQUEST_MODULES = (
     "dm_mod",
     "dm_crypt",
     "xts",
     "algif_skcipher",
-    "dm_thin_pool",  # lvm-thin's, and the snapshot target LVM asks for before a thin snapshot
+    "dm_thin_pool",
     "dm_snapshot",
-    "md_mod",  # md-raid1's
+    "md_mod",
     "raid1",
-    "nfsd",  # nfs's server and client
+    "nfsd",
     "nfsv3",
     "nfsv4",
-    "autofs4",  # churn through the automounter
+    "autofs4",
 )
+# What a module needs at run time that its modinfo does not name: dm-crypt's cipher mode,
+# and the kernel's crypto API for programs (cryptsetup encrypts its key slots through it).
+COMPANIONS = {"dm_crypt": ("xts", "algif_skcipher")}
+WANTED_MODULES = BOOT_MODULES + ON_REQUEST_MODULES
 # A stock kernel; the cloud flavour lacks 9p, rt and dbg are not what a guest runs.
 _IMAGE_NAME = re.compile(r"^linux-image-(\d[\w.+~]*-amd64)$")
 _BUSYBOX = Path("/bin/busybox")
@@ -66,6 +73,25 @@ class GuestKernel:
     release: str  # e.g. 6.12.117+deb12-amd64
     vmlinuz: Path
     initramfs: Path
+
+    @property
+    def modules_dir(self) -> Path:
+        return self.vmlinuz.parent / "tree" / "lib" / "modules" / self.release
+
+    def modules_on_request(self, names: list[str]) -> list[str]:
+        """The initramfs's module files a guest loads after its boot modules for these
+        modules (companions and dependencies first), in order."""
+        wanted = [n.replace("-", "_") for n in names]
+        wanted = [*wanted, *(c for n in wanted for c in COMPANIONS.get(n, ()))]
+        unknown = sorted(set(wanted) - set(WANTED_MODULES))
+        if unknown:
+            raise SetupError(f"guest kernel: no module {', '.join(unknown)} in the initramfs")
+        at_boot = {_module_name(p) for p in module_order(self.modules_dir, BOOT_MODULES)}
+        return [
+            f"{_module_name(p)}.ko"
+            for p in module_order(self.modules_dir, tuple(wanted))
+            if _module_name(p) not in at_boot
+        ]
 
 
 @functools.cache
@@ -146,7 +172,8 @@ def _fetch(package: str, release: str, home: Path) -> None:
 # ---- the initramfs ------------------------------------------------------------------------
 
 
-def module_order(modules_dir: Path, wanted: tuple[str, ...] = WANTED_MODULES) -> list[Path]:
+@functools.cache  # a guest trial asks for its stack's modules: the tree is read once
+def module_order(modules_dir: Path, wanted: tuple[str, ...] = WANTED_MODULES) -> tuple[Path, ...]:
     """The module files to load, each after what it depends on; built-in ones are skipped."""
     builtin = _builtin(modules_dir)
     files = {_module_name(p): p for p in modules_dir.rglob("*.ko*")}
@@ -167,7 +194,7 @@ def module_order(modules_dir: Path, wanted: tuple[str, ...] = WANTED_MODULES) ->
 
     for name in wanted:
         visit(name)
-    return ordered
+    return tuple(ordered)
 
 
 def _module_bytes(path: Path) -> bytes:
@@ -213,6 +240,10 @@ done
 echo "layerbench-init: uptime $(cat /proc/uptime), modules loaded"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 lbshare /share || reboot -f
 . /share/boot.env
+for module in $MODULES; do
+    insmod "/modules/$module" || echo "layerbench-init: insmod $module failed"
+done
+echo "layerbench-init: uptime $(cat /proc/uptime), the stack's modules loaded ($MODULES)"
 # The host root is only read: let the guest cache it, or every import crosses 9p.
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose hostroot /newroot
 mount -o bind /share "/newroot$SHARE"  # a virtio 9p channel mounts only once
@@ -246,12 +277,13 @@ def _build_initramfs(modules_dir: Path, target: Path) -> None:
     archive.add_file("bin/busybox", _BUSYBOX.read_bytes(), 0o755)
     for applet in ("sh", "mount", "umount", "insmod", "chroot", "reboot", "sync", "cat", "echo"):
         archive.add_symlink(f"bin/{applet}", "busybox")
+    at_boot = {_module_name(path) for path in module_order(modules_dir, BOOT_MODULES)}
     names = []
     for path in module_order(modules_dir):
-        data = _module_bytes(path)
         name = f"{_module_name(path)}.ko"
-        archive.add_file(f"modules/{name}", data, 0o644)
-        names.append(name)
+        archive.add_file(f"modules/{name}", _module_bytes(path), 0o644)
+        if _module_name(path) in at_boot:
+            names.append(name)
     archive.add_file("modules.order", ("\n".join(names) + "\n").encode(), 0o644)
     archive.add_file("init", INIT_SCRIPT.encode(), 0o755)
     part = target.with_suffix(".part")

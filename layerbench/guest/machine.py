@@ -311,7 +311,7 @@ class GuestTrial:
         """The rest of the trial in a freshly booted guest: its result, with the host's view
         of the run (qemu's CPU, the host's devices) put beside the guest's own counters."""
         share = self.spec.share
-        self._write_boot_env()
+        self._write_boot_env(self.guest.modules_on_request(request.kernel_modules))
         fs_size = self.disk_size if self.spec.work_share is None else None
         request = request.model_copy(update={"scratch": str(self.top / "scratch"), "fs_size": fs_size})
         (share / "request.json").write_text(request.model_dump_json())
@@ -346,7 +346,7 @@ class GuestTrial:
         }
         return dataclasses.replace(answer.result, counters=counters, facts=facts)
 
-    def _write_boot_env(self) -> None:
+    def _write_boot_env(self, modules: list[str]) -> None:
         share = self.spec.share
         disk_device = "/dev/sda" if self.spec.disk_bus == "virtio-scsi" else "/dev/vda"
         # The interpreter starts with -S (site's .pth files cost seconds under emulation),
@@ -358,6 +358,7 @@ class GuestTrial:
             f"WORK_MOUNT='{self.spec.work_share or ''}'\nWORK_OPTIONS='{self.spec.work_share_options}'\n"
             # The host's own interpreter, with the packages layerbench was installed with.
             f"PYTHON='{sys.executable}'\n"
+            f"MODULES='{' '.join(modules)}'\n"
             # The test-only switch of a final sync that stops at the top (failpoints), so a
             # test can leave data dirty where no program of the host can sync it.
             f"SYNC_TOP_ONLY='{'1' if failpoints.sync_top_only() else ''}'\n"

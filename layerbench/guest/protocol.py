@@ -22,6 +22,8 @@ class GuestRequest(BaseModel):
     packed: Archive | None = None  # a tree the workload unpacks, packed on the host
     reference_fs_size: int | None = None
     timeout: float | None = None
+    # The kernel modules its layers and workload need, loaded by the guest's init
+    kernel_modules: list[str] = []
     # Set by the vm layer: where the guest's scratch root is, and its file system's size.
     scratch: str = ""
     fs_size: int | None = None

@@ -20,11 +20,19 @@ from layerbench.stacks.base import BuildContext, Exposed, Layer, LayerOptions, P
 
 # Without these, ext4 initialises inode tables and the journal lazily, in a kernel
 # thread that writes to the image during the timed runs.
-_EXT4_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
+_EXT4_EXTENDED = ("lazy_itable_init=0", "lazy_journal_init=0")
+
+
+def ext4_mkfs_arguments(*extended: str) -> list[str]:
+    """mkfs.ext4's arguments as this layer runs it, with more extended options (mke2fs takes
+    only its last -E)."""
+    return ["-F", "-q", "-E", ",".join((*_EXT4_EXTENDED, *extended))]
+
+
 # mkfs's own arguments per file system, as this layer runs it (bench/run.py makes its images
 # by hand the same way).
 MKFS_ARGUMENTS = {
-    "ext4": ["-F", "-q", *_EXT4_DEFAULTS],
+    "ext4": ext4_mkfs_arguments(),
     "xfs": ["-f", "-q"],
     "btrfs": ["-f", "-q"],
 }

@@ -122,6 +122,12 @@ class Workload(ABC, Generic[OptionsT]):
         """Commands these options need besides `tools`."""
         return ()
 
+    @classmethod
+    def kernel_modules_for(cls, options: WorkloadOptions | None) -> tuple[str, ...]:
+        """Kernel modules these options need (as /sys/module names them); a vm layer's guest
+        loads them at boot."""
+        return ()
+
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         """An upper estimate of the bytes a trial puts on the stack's top (prepare and run),
         known from the options alone. capacity: what the top holds, if bounded; reference:

@@ -82,6 +82,10 @@ class Churn(Workload[ChurnOptions]):
         automount = getattr(options, "through", None) == "automount"
         return ("automount", "unshare", "nsenter") if automount else ()
 
+    @classmethod
+    def kernel_modules_for(cls, options: WorkloadOptions | None) -> tuple[str, ...]:
+        return ("autofs4",) if getattr(options, "through", None) == "automount" else ()
+
     def data_bytes(self, capacity: int | None, reference: int | None) -> int:
         options = self.options
         return options.files * max(parse_size(options.file_size), 4096)

@@ -25,7 +25,7 @@ THIN_SNAPSHOT = '{ kind = "lvm-thin", size = "256M", pool_size = "256M", snapsho
 # NFS served from the thin volume (one guest boot for both): its sync export makes each
 # direct write over NFS stable on the volume within the run.
 NFS = '{ kind = "nfs", vers = "4.2", wsize = "64K" }'
-JOB_BYTES = 8 * 2**20  # NFS's sync writes take some 11 ms each under tcg: 23 s for these
+JOB_BYTES = 4 * 2**20  # NFS's sync writes take some 11 ms each under tcg: 11 s for these
 # One job for every stack: JOB_BYTES laid out (written) untimed, then overwritten at random,
 # 4 KiB direct writes, so that the timed writes land on blocks a thin snapshot shares.
 PLAN = f"""
@@ -85,7 +85,7 @@ def test_each_guest_layer_of_a_stack_counts_its_own_part(guest_layers: dict[str,
     assert "--assume-clean" in mirror
     devices = run["devices"]
     assert isinstance(devices, dict)
-    # dm-crypt's mapping is the top device: the 8 MiB went through it...
+    # dm-crypt's mapping is the top device: the 4 MiB went through it...
     top = next(name for name in devices if name.startswith("guest:"))
     assert top.startswith("guest:dm-") and devices[top]["write_bytes"] >= JOB_BYTES, devices
     # ...and, below the thin volume, md wrote every block to both members.
@@ -101,7 +101,7 @@ def test_each_guest_layer_of_a_stack_counts_its_own_part(guest_layers: dict[str,
 def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
     guest_layers: dict[str, object],
 ) -> None:
-    """Overwriting 8 MiB of a 256 MiB pool after a snapshot (through NFS served from the
+    """Overwriting 4 MiB of a 256 MiB pool after a snapshot (through NFS served from the
     thin volume): every 64 KiB chunk the random 4 KiB writes touch is copied to a new one
     first."""
     run = _runs(guest_layers)["guest-thin-snapshot-nfs"]
@@ -117,7 +117,7 @@ def test_a_thin_snapshot_before_the_run_makes_its_overwrites_take_new_chunks(
 
 def test_nfs_in_the_guest_sends_every_direct_write_to_its_own_server(guest_layers: dict[str, object]) -> None:
     """NFSv4.2 over the guest's loopback, served by an nfsd of the trial's own: each 4 KiB
-    direct write is one WRITE call (2,048 for 8 MiB), counted by the client over the timed
+    direct write is one WRITE call (1,024 for 4 MiB), counted by the client over the timed
     run, none sent twice; the mount carries the options asked for."""
     run = _runs(guest_layers)["guest-thin-snapshot-nfs"]
     assert run["status"] == "ok", run["error"]
