@@ -232,6 +232,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    busy = doctor.BusyWindow()  # the busy-process check's window: the run's own startup
     if args.reps is not None and args.reps < 1:
         raise UserError("--reps: must be at least 1")
     if args.fleet is not None:
@@ -248,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         force=args.force,
         report=_say,
     ) as session:
-        experiment = _run_interruptibly(session, plan, args)
+        experiment = _run_interruptibly(session, plan, args, busy)
         if experiment is None:
             return 130
         stored = experiment.id
@@ -294,7 +295,9 @@ def _open_for_writing(db: Location, *, create: bool = True) -> Store:
     return store
 
 
-def _run_interruptibly(session: Session, plan: Plan | None, args: argparse.Namespace) -> Experiment | None:
+def _run_interruptibly(
+    session: Session, plan: Plan | None, args: argparse.Namespace, busy: doctor.BusyWindow
+) -> Experiment | None:
     """The experiment (new, or the one to resume) to its end; None if a signal stopped it
     (everything torn down)."""
     assert session.store is not None
@@ -304,7 +307,7 @@ def _run_interruptibly(session: Session, plan: Plan | None, args: argparse.Names
         assert plan is not None
         experiment = Experiment(plan, session.store, session.executor)
     # Stored with the experiment; printed once the input is known good (bad input: one line).
-    noise = doctor.warnings_before_run(args.scratch, plan)
+    noise = doctor.warnings_before_run(args.scratch, plan, busy)
     try:
         experiment.prepare(session.warnings + noise)
         for line in noise:

@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from helpers import cli
@@ -122,3 +125,22 @@ def test_cli_bad_plan(tmp_path: Path) -> None:
 def test_busy_processes_excludes_itself() -> None:
     check = doctor.check_busy_processes(window_s=0.2)
     assert f"pid {os.getpid()}," not in check.detail
+
+
+def test_a_busy_window_opened_at_the_runs_start_waits_only_for_the_rest_and_sees_a_busy_process() -> None:
+    """run opens the window as it starts: by the check, most of it has passed."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.1)  # the spinner is in the window's first reading
+        window = doctor.BusyWindow()
+        time.sleep(0.4)  # the run's startup
+        began = time.monotonic()
+        check = window.check(0.5)
+        waited = time.monotonic() - began
+    finally:
+        spinner.kill()
+        spinner.wait()
+    # 0.1 s of window left; the rest is reading /proc twice (generous on a loaded machine)
+    assert waited < 0.35, waited
+    # a process spinning on a CPU for the whole window: well above the share, even beside another
+    assert check.status == doctor.WARN and f"pid {spinner.pid}," in check.detail, check.detail

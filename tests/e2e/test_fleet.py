@@ -160,6 +160,9 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     fleet: dict, tmp_path: Path, how: str
 ) -> None:
     address = fleet["cluster"].address
+    # Host b's experiment must outlast its loss being noticed (5-10 s): a cut-off host's agent
+    # goes on running and storing trials until its node is declared dead, and with 0.5 s
+    # runs it once finished first (stored "done").
     plan = str(_plan(tmp_path, 6, 1))
     running = start_cli(
         "run", plan, "--fleet", address, "--db", fleet["db"], "--quiet", *fleet["credentials"]
@@ -261,7 +264,7 @@ def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: 
     the hosts, their head gone, stop and tear down; a new head, the hosts joined to it
     again, and `run --resume FLEET --fleet NEW` finishes every host's experiment: no stored
     run is run again or lost."""
-    plan = str(_plan(tmp_path, 6, 1))
+    plan = str(_plan(tmp_path, 6, 0.5))
     running = start_cli(
         "run",
         plan,
