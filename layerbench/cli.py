@@ -307,9 +307,14 @@ def _run_interruptibly(
         assert plan is not None
         experiment = Experiment(plan, session.store, session.executor)
     # Stored with the experiment; printed once the input is known good (bad input: one line).
-    noise = doctor.warnings_before_run(args.scratch, plan, busy)
+    noise: list[str] = []
+
+    def warnings() -> list[str]:
+        noise.extend(doctor.warnings_before_run(args.scratch, plan, busy))
+        return session.warnings + noise
+
     try:
-        experiment.prepare(session.warnings + noise)
+        experiment.prepare(warnings)
         for line in noise:
             console.print(f"[yellow]{escape(line)}[/yellow]")
         description = f"layerbench run {experiment.plan.source}, experiment {experiment.id}"

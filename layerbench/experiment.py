@@ -95,12 +95,18 @@ class Experiment:
     def missing_trials(self) -> list[Trial]:
         return [t for t in self.trials if t.index not in self._finished]
 
-    def prepare(self, warnings: list[str]) -> None:
-        """Checks and one-time preparation; nothing is written to the store before this."""
+    def prepare(self, warnings: list[str] | Callable[[], list[str]]) -> None:
+        """Checks and one-time preparation; nothing is written to the store before this.
+        warnings: stored with a new experiment (a callable: asked for once the checks passed
+        and the host is described, so a check that watches the machine for a while overlaps
+        that work)."""
         self.executor.check(self.plan, self.workloads)
-        if self.id is not None:  # resuming a stored experiment
+        if self.id is not None:  # resuming a stored experiment: its warnings are stored
+            if callable(warnings):
+                warnings()  # the caller shows them
             self.store.reopen_experiment(self.id)
             return
+        host = self.executor.host()
         self.id = self.store.create_experiment(
             name=self.plan.name,
             plan_source=self.plan.source,
@@ -108,9 +114,9 @@ class Experiment:
             plan=self.plan.as_dict(),
             seed=self.seed,
             baseline=self.plan.baseline,
-            host=self.executor.host(),
+            host=host,
             version=__version__,
-            warnings=warnings,
+            warnings=warnings() if callable(warnings) else warnings,
             fleet=self.fleet,
             host_name=self.host_name,
         )

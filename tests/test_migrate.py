@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, cli
-from sqlalchemy import inspect, text
+from sqlalchemy import create_engine, inspect, text
 
 from layerbench import reports
 from layerbench.core.errors import UserError
@@ -156,3 +156,28 @@ def test_opening_a_current_store_does_not_import_alembic(tmp_path: Path) -> None
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_new_sqlite_store_is_what_the_migrations_make_and_needs_no_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new file gets migrations/head-sqlite.sql: the same tables, columns, indexes and
+    rows as the migrations make (after a new migration, migrate.write_head_sqlite())."""
+    probe = (
+        "import sys; from layerbench.store import Store; "
+        f"Store({str(tmp_path / 'fresh.db')!r}).close(); "
+        "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    monkeypatch.setattr(migrate, "_HEAD_SQLITE", tmp_path / "none.sql")  # the migrations, then
+    Store(tmp_path / "migrated.db").close()
+    made = {}
+    for name in ("fresh", "migrated"):
+        engine = create_engine(f"sqlite:///{tmp_path / name}.db")
+        with engine.connect() as connection:
+            made[name] = migrate.head_sqlite_text(connection)
+        engine.dispose()
+    assert made["fresh"] == made["migrated"], "run migrate.write_head_sqlite() after a new migration"
+    assert "INSERT INTO alembic_version VALUES ('" + migrate.head() + "')" in made["fresh"]
+    assert "CREATE INDEX runs_by_experiment" in made["fresh"]
