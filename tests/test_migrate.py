@@ -146,16 +146,21 @@ def test_the_revisions_named_are_the_scripts_chain() -> None:
     assert tuple(chain) == migrate.REVISIONS
 
 
-def test_opening_a_current_store_does_not_import_alembic(tmp_path: Path) -> None:
-    db = tmp_path / "r.db"
-    Store(db).close()  # made at head
+def _alembic_imported_by(opening: str) -> str:
+    """The alembic modules a fresh interpreter imported doing `opening` (Python statements)."""
     probe = (
-        "import sys; from layerbench.store import Store; "
-        f"Store({str(db)!r}).close(); Store({str(db)!r}, read_only=True).close(); "
+        f"import sys; from layerbench.store import Store; {opening}; "
         "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
-    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    return done.stdout.strip() + done.stderr
+
+
+def test_opening_a_current_store_does_not_import_alembic(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    Store(db).close()  # made at head
+    opening = f"Store({str(db)!r}).close(); Store({str(db)!r}, read_only=True).close()"
+    assert _alembic_imported_by(opening) == "[]"
 
 
 def test_a_new_sqlite_store_is_what_the_migrations_make_and_needs_no_alembic(
@@ -163,13 +168,7 @@ def test_a_new_sqlite_store_is_what_the_migrations_make_and_needs_no_alembic(
 ) -> None:
     """A new file gets migrations/head-sqlite.sql: the same tables, columns, indexes and
     rows as the migrations make (after a new migration, migrate.write_head_sqlite())."""
-    probe = (
-        "import sys; from layerbench.store import Store; "
-        f"Store({str(tmp_path / 'fresh.db')!r}).close(); "
-        "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
-    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert _alembic_imported_by(f"Store({str(tmp_path / 'fresh.db')!r}).close()") == "[]"
     monkeypatch.setattr(migrate, "_HEAD_SQLITE", tmp_path / "none.sql")  # the migrations, then
     Store(tmp_path / "migrated.db").close()
     made = {}
