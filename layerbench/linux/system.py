@@ -21,6 +21,7 @@ PACKAGE_OF_TOOL: dict[str, str] = {
     "rpcbind": "rpcbind",
     "rpc.mountd": "nfs-kernel-server",
     "rpc.nfsd": "nfs-kernel-server",
+    "nfsdcld": "nfs-kernel-server",
     "exportfs": "nfs-kernel-server",
     "mount.nfs": "nfs-common",
     "nsenter": "util-linux",
