@@ -465,4 +465,5 @@ def _guest_request(built: BuiltStack, workload: Workload[WorkloadOptions]) -> Gu
             {module for layer in built.rest for module in layer.kernel_modules}
             | set(workload.kernel_modules_for(workload.options))
         ),
+        kind_modules=sorted({type(layer).__module__ for layer in built.rest} | {type(workload).__module__}),
     )

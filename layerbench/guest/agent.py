@@ -8,6 +8,7 @@ guest is thrown away whole, its arrays, mappings and servers with it; under tcg 
 teardown took 10-17 s a guest)."""
 
 import contextlib
+import importlib
 import os
 import sys
 import time
@@ -20,8 +21,8 @@ from layerbench.executors import procedure
 from layerbench.guest.protocol import GuestAnswer, GuestRequest
 from layerbench.observe import measure
 from layerbench.scratch import Scratch
-from layerbench.stacks.base import BuildContext, build_stack, load_kinds
-from layerbench.workloads.base import Prepared
+from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, LayerOptions, build_stack, load_kinds
+from layerbench.workloads.base import WORKLOAD_KINDS, Prepared, Workload, WorkloadOptions
 from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
@@ -29,11 +30,23 @@ def _uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
+def _kinds(
+    modules: list[str],
+) -> tuple[dict[str, type[Layer[LayerOptions]]], dict[str, type[Workload[WorkloadOptions]]]]:
+    """The layer and workload kinds: those the request's modules register, or every one."""
+    if not modules:
+        return load_kinds(), load_workload_kinds()
+    for name in modules:
+        if not name.startswith("layerbench."):
+            raise UserError(f"guest request: {name} is not a module of layerbench")
+        importlib.import_module(name)
+    return LAYER_KINDS, WORKLOAD_KINDS
+
+
 def run(request: GuestRequest, share: Path, deliver: Callable[[GuestAnswer], None]) -> None:
     """Build, prepare, run, and deliver the answer while the layers are still up."""
     phases = {"agent_started_s": _uptime()}
-    layer_kinds = load_kinds()
-    workload_kinds = load_workload_kinds()
+    layer_kinds, workload_kinds = _kinds(request.kind_modules)
     layers = [
         layer_kinds[o["kind"]](layer_kinds[o["kind"]].Options(**o), index)
         for index, o in enumerate(request.layers, start=request.first_index)
