@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +343,17 @@ def vm_capable() -> None:
     lacks = VmLayer.missing(VmLayer.Options(kind="vm"))
     if lacks:
         pytest.skip(f"this host cannot run the vm layer: {lacks[0]}")
+
+
+def assert_verdict_agrees(row: Mapping[str, Any]) -> None:
+    """A report's row says what its interval says: slower or faster exactly when the interval
+    at the decision's level excludes 1; an equivalent row shows the two one-sided tests'
+    interval (at 1 - 2 alpha) within the margin, which may miss 1 ("2% to 8% slower":
+    stats.decide). An unbounded end is written as null (JSON has no infinity)."""
+    low = row["ratio_ci_low"]
+    high = math.inf if row["ratio_ci_high"] is None else row["ratio_ci_high"]
+    if row["decision"] == "equivalent":
+        margin = row["equivalence"]
+        assert 1 - margin <= low <= high <= 1 + margin, row
+    else:
+        assert (low > 1 or high < 1) == (row["decision"] in ("slower", "faster")), row

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, drawn_figures, one_line_error
+from helpers import REPO, TEST_ROOT, assert_verdict_agrees, cli, drawn_figures, one_line_error
 
 from layerbench.executors.local import LocalExecutor
 from layerbench.reports import render
@@ -115,8 +115,7 @@ def test_a_job_file_and_an_inline_job_give_iops_and_latency_rows(experiment: dic
         # one disturbed run left out, may not bound a rank method's interval.
         high = math.inf if row["ratio_ci_high"] is None else row["ratio_ci_high"]
         assert row["n"] in (2, 3) and row["ratio_ci_low"] <= row["ratio"] <= high
-        excludes = row["ratio_ci_low"] > 1 or high < 1
-        assert excludes == (row["decision"] in ("slower", "faster")), row
+        assert_verdict_agrees(row)
     assert iops["ram"]["median"] > 0 and p99["ram"]["median"] > 0
     write = _rows(experiment, "seq", "write_bw_bytes")
     assert write["ram"]["median"] > 0 and not _rows(experiment, "seq", "read_iops")

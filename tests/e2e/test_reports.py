@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEST_ROOT, chromium, cli, drawn_figures, one_line_error
+from helpers import TEST_ROOT, assert_verdict_agrees, chromium, cli, drawn_figures, one_line_error
 
 pytestmark = pytest.mark.e2e
 
@@ -230,8 +230,7 @@ def test_compare_in_every_format(db: Path, tmp_path: Path) -> None:
         assert row["n"] == len(kept[(row["stack"], row["workload"])])
         assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
         assert row["decision"] in ("slower", "faster", "equivalent", "inconclusive", "undecidable")
-        excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
-        assert excludes == (row["decision"] in ("slower", "faster")), row
+        assert_verdict_agrees(row)
     # One host, one plan: no differences but the ones that change between runs anyway.
     assert not document["plans_differ"]
     assert all(d["key"] != "cpu_model" for d in document["host_differences"])
@@ -288,8 +287,7 @@ def test_compare_relative_costs_and_drift(db: Path) -> None:
         # The rounds where both the stack and the baseline kept a run.
         reps = {r.rep for r in kept[(row["stack"], row["workload"])]}
         assert row["n"] == len(reps & {r.rep for r in kept[("disk", row["workload"])]})
-        excludes = row["ratio_ci_low"] > 1 or row["ratio_ci_high"] < 1
-        assert excludes == (row["decision"] in ("slower", "faster")), row
+        assert_verdict_agrees(row)
     drift = document["drift"]
     if drift["sentinel_compared"]:  # a short experiment keeps few probes within its budget
         assert {m["part"] for m in drift["sentinel"]} == {"cpu", "memory", "scratch_fs", "device"}
