@@ -6,6 +6,7 @@ Killing a node mid-experiment interrupts that host's experiment (host lost) with
 others finish, none of its trials runs elsewhere, nothing is left mounted; `run --resume`
 on the host, once it is back, runs only what was missing."""
 
+import contextlib
 import itertools
 import json
 import os
@@ -54,11 +55,11 @@ def _cluster(root: Path, fleet_credentials: credentials.Credentials) -> Any:
     return local.loopback_cluster(fleet_credentials, [[name] for name in NAMES], root, stay_connected=False)
 
 
-@pytest.fixture
-def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def _fleet(postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     """The cluster's nodes on loopback, with the fleet's token, and kept to 127.0.0.1 by the
     fleet's bind filter (layerbench.fleet.local): this process is in its cgroup while the
-    fixture lasts, so every node it starts (and every command the test runs) is too."""
+    cluster lasts, so every node it starts (and every command the test runs) is too."""
     # Short: Ray's Unix sockets lie below it (ROOT/ray/session_DATE_PID/sockets/NAME), at
     # most 107 bytes, with room for 7-digit pids (a host whose pid_max is 4194304).
     root = TEST_ROOT / "f"
@@ -66,13 +67,12 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     root.mkdir(parents=True)
     try:
         with local.loopback_credentials(root) as fleet_credentials, _cluster(root, fleet_credentials) as up:
-            database = postgres_cluster.create_database(f"fleet{time.monotonic_ns()}")
             try:
                 yield {
                     "cluster": up.cluster,
                     "nodes": up.nodes,
                     "root": root,
-                    "db": database,
+                    "db": _database(postgres_cluster),
                     "credentials": ("--credentials", str(fleet_credentials.directory)),
                     "fleet_credentials": fleet_credentials,
                 }
@@ -84,6 +84,26 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
         assert not (root / "ray").exists()  # Ray's sessions went with the cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _database(postgres_cluster: Any) -> str:
+    return str(postgres_cluster.create_database(f"fleet{time.monotonic_ns()}"))
+
+
+@pytest.fixture
+def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
+    """A cluster of the test's own: the tests that kill or freeze its nodes."""
+    with _fleet(postgres_cluster) as up:
+        yield up
+
+
+@pytest.fixture(scope="class")
+def whole_fleet(postgres_cluster: Any) -> Iterator[dict[str, Any]]:
+    """One cluster for the tests of a class, which leave its nodes as they found them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts, loop devices and drop_caches (run the suite as root)")
+    with _fleet(postgres_cluster) as up:
+        yield up
 
 
 def _plan(tmp_path: Path, reps: int, sleep: float) -> Path:
@@ -105,47 +125,105 @@ def _by_host(store: Store) -> dict[str, dict[str, Any]]:
     return {e.host: e for e in store.history()}
 
 
-def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(fleet: dict, tmp_path: Path) -> None:
-    address = fleet["cluster"].address
-    # With its display: a progress row per host, then a line per host.
-    plan = str(_plan(tmp_path, 2, 0))
-    done = cli("run", plan, "--fleet", address, "--db", fleet["db"], *fleet["credentials"], timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert all(f"host {name}: experiment" in done.stderr for name in NAMES), done.stderr
-    store = Store(fleet["db"])
-    experiments = _by_host(store)
-    assert set(experiments) == set(NAMES) and {e.status for e in experiments.values()} == {"done"}
-    assert len({e.fleet for e in experiments.values()}) == 1
-    seeds = {store.experiment(e.id).seed for e in experiments.values()}
-    assert len(seeds) == 1  # the same plan and seed on every host
-    # Ray's sessions, logs and sockets under the fleet's root, none in Ray's default /tmp/ray.
-    nodes = [fleet["cluster"].head_node, *fleet["nodes"].values()]
-    assert all(Path(n.get_session_dir_path()).parent == fleet["root"] / "ray" for n in nodes)
-    for name, record in experiments.items():
-        runs = store.runs(record.id)
-        assert len(runs) == 4 and all(r.ok for r in runs), [r.error for r in runs]
-        assert {r.facts["fleet_host"] for r in runs} == {name}  # measured where scheduled
-        spans = sorted((r.facts["host_started"], r.facts["host_finished"]) for r in runs)
-        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
-        assert store.experiment(record.id).host.facts()["fleet_host"] == name
-    _nothing_left(fleet["root"])
-    # The reports and compare read PostgreSQL as they read a file, every format.
-    first, second = experiments["a"].id, experiments["b"].id
-    for form in ("text", "markdown", "mail", "json", "csv", "html"):
-        shown = cli("report", str(second), "--db", fleet["db"], "--format", form)
-        assert shown.returncode == 0 and shown.stdout, (form, shown.stderr)
-    for form in ("text", "markdown", "json", "html"):
-        compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", form)
-        assert compared.returncode == 0 and compared.stdout, (form, compared.stderr)
-    fleet_id = experiments["a"].fleet
-    by_fleet = cli("compare", "--fleet", fleet_id, "--db", fleet["db"], "--format", "json")
-    assert by_fleet.returncode == 0, by_fleet.stderr
-    assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
-    history = cli("history", "--db", fleet["db"])
-    assert history.returncode == 0 and all(name in history.stdout for name in NAMES)
-    listed = cli("host", "list", address, *fleet["credentials"])
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.count("idle") == 3 and "busy" not in listed.stdout, listed.stdout
+class TestOnOneCluster:
+    """Tests that leave the cluster's nodes as they found them share one (its start and stop
+    took some 12 s a test); the bad input first, while no experiment has run on it."""
+
+    @pytest.fixture
+    def fleet(self, whole_fleet: dict[str, Any], postgres_cluster: Any) -> dict[str, Any]:
+        """The class's cluster, with a results database of the test's own."""
+        return {**whole_fleet, "db": _database(postgres_cluster)}
+
+    def test_bad_fleet_input_gets_one_line_and_starts_nothing(self, fleet: dict, tmp_path: Path) -> None:
+        address, plan = fleet["cluster"].address, str(_plan(tmp_path, 1, 0))
+        cases = {
+            ("--fleet", "127.0.0.1:9", "--db", fleet["db"]): "unreachable",
+            ("--fleet", "auto", "--db", fleet["db"]): "give the head explicitly",
+            ("--fleet", address, "--hosts", "a,zz", "--db", fleet["db"]): "no joined host 'zz'",
+            ("--fleet", address, "--hosts", ",", "--db", fleet["db"]): "--hosts: empty",
+            ("--fleet", address, "--db", "postgresql://u:s3cret@/none?host=/nonexistent"): "results database",
+        }
+        for options, expected in cases.items():
+            done = cli("run", plan, *options, "--quiet", *fleet["credentials"], timeout=120)
+            assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, (
+                done.stderr
+            )
+            assert "s3cret" not in done.stderr
+        joins = {
+            ("auto",): "give the head explicitly",
+            (address, "--name", "no/slash"): "--name 'no/slash'",
+            (address, "--name", "a"): "a host of that name has joined already",
+        }
+        for options, expected in joins.items():
+            done = cli(
+                "host",
+                "join",
+                *options,
+                "--scratch",
+                str(tmp_path / "joined"),
+                *fleet["credentials"],
+                timeout=120,
+            )
+            assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, (
+                done.stderr
+            )
+        assert Store(fleet["db"]).history() == []
+        assert not any(
+            (fleet["root"] / name).exists() and any((fleet["root"] / name).iterdir()) for name in NAMES
+        )
+
+    def test_a_plan_runs_on_every_host_one_trial_at_a_time_into_postgresql(
+        self, fleet: dict, tmp_path: Path
+    ) -> None:
+        address = fleet["cluster"].address
+        # With its display: a progress row per host, then a line per host.
+        plan = str(_plan(tmp_path, 2, 0))
+        done = cli(
+            "run",
+            plan,
+            "--fleet",
+            address,
+            "--db",
+            fleet["db"],
+            *fleet["credentials"],
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        assert all(f"host {name}: experiment" in done.stderr for name in NAMES), done.stderr
+        store = Store(fleet["db"])
+        experiments = _by_host(store)
+        assert set(experiments) == set(NAMES) and {e.status for e in experiments.values()} == {"done"}
+        assert len({e.fleet for e in experiments.values()}) == 1
+        seeds = {store.experiment(e.id).seed for e in experiments.values()}
+        assert len(seeds) == 1  # the same plan and seed on every host
+        # Ray's sessions, logs and sockets under the fleet's root, none in Ray's default /tmp/ray.
+        nodes = [fleet["cluster"].head_node, *fleet["nodes"].values()]
+        assert all(Path(n.get_session_dir_path()).parent == fleet["root"] / "ray" for n in nodes)
+        for name, record in experiments.items():
+            runs = store.runs(record.id)
+            assert len(runs) == 4 and all(r.ok for r in runs), [r.error for r in runs]
+            assert {r.facts["fleet_host"] for r in runs} == {name}  # measured where scheduled
+            spans = sorted((r.facts["host_started"], r.facts["host_finished"]) for r in runs)
+            assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+            assert store.experiment(record.id).host.facts()["fleet_host"] == name
+        _nothing_left(fleet["root"])
+        # The reports and compare read PostgreSQL as they read a file, every format.
+        first, second = experiments["a"].id, experiments["b"].id
+        for form in ("text", "markdown", "mail", "json", "csv", "html"):
+            shown = cli("report", str(second), "--db", fleet["db"], "--format", form)
+            assert shown.returncode == 0 and shown.stdout, (form, shown.stderr)
+        for form in ("text", "markdown", "json", "html"):
+            compared = cli("compare", str(first), str(second), "--db", fleet["db"], "--format", form)
+            assert compared.returncode == 0 and compared.stdout, (form, compared.stderr)
+        fleet_id = experiments["a"].fleet
+        by_fleet = cli("compare", "--fleet", fleet_id, "--db", fleet["db"], "--format", "json")
+        assert by_fleet.returncode == 0, by_fleet.stderr
+        assert [c["b"]["host_name"] for c in json.loads(by_fleet.stdout)["comparisons"]] == ["b", "c"]
+        history = cli("history", "--db", fleet["db"])
+        assert history.returncode == 0 and all(name in history.stdout for name in NAMES)
+        listed = cli("host", "list", address, *fleet["credentials"])
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.count("idle") == 3 and "busy" not in listed.stdout, listed.stdout
 
 
 def _cut_off(cluster: Any, node: Any) -> None:
@@ -222,41 +300,6 @@ def test_a_lost_host_is_interrupted_within_30_s_and_resumes_only_what_is_missing
     assert sorted(r.trial for r in runs) == list(range(12))
     assert store.experiment(experiments["b"].id).status == "done"
     _nothing_left(fleet["root"])
-
-
-def test_bad_fleet_input_gets_one_line_and_starts_nothing(fleet: dict, tmp_path: Path) -> None:
-    address, plan = fleet["cluster"].address, str(_plan(tmp_path, 1, 0))
-    cases = {
-        ("--fleet", "127.0.0.1:9", "--db", fleet["db"]): "unreachable",
-        ("--fleet", "auto", "--db", fleet["db"]): "give the head explicitly",
-        ("--fleet", address, "--hosts", "a,zz", "--db", fleet["db"]): "no joined host 'zz'",
-        ("--fleet", address, "--hosts", ",", "--db", fleet["db"]): "--hosts: empty",
-        ("--fleet", address, "--db", "postgresql://u:s3cret@/none?host=/nonexistent"): "results database",
-    }
-    for options, expected in cases.items():
-        done = cli("run", plan, *options, "--quiet", *fleet["credentials"], timeout=120)
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
-        assert "s3cret" not in done.stderr
-    joins = {
-        ("auto",): "give the head explicitly",
-        (address, "--name", "no/slash"): "--name 'no/slash'",
-        (address, "--name", "a"): "a host of that name has joined already",
-    }
-    for options, expected in joins.items():
-        done = cli(
-            "host",
-            "join",
-            *options,
-            "--scratch",
-            str(tmp_path / "joined"),
-            *fleet["credentials"],
-            timeout=120,
-        )
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
-    assert Store(fleet["db"]).history() == []
-    assert not any(
-        (fleet["root"] / name).exists() and any((fleet["root"] / name).iterdir()) for name in NAMES
-    )
 
 
 def test_a_lost_head_resumes_every_hosts_experiment_from_its_stored_runs(fleet: dict, tmp_path: Path) -> None:
