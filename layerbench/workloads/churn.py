@@ -218,8 +218,13 @@ def _slab(results: list[ChurnResult]) -> str | None:
 
 
 def _unmount_all_under(directory: Path) -> None:
-    """Unmount what a killed child left. A mount(8) it had started can still land after
-    the kill (the syscall finishes first), so keep looking until it stays quiet."""
+    """Unmount what a killed child left. It runs after every process that pointed into the
+    directory was killed and seen gone (stop_processes_under), so a mount(2) one of them was
+    in has landed: with nothing mounted there (a run that ended by itself) there is nothing to
+    wait for. Where something was, a mount(8) of a killed child may still land after it (the
+    syscall finishes first), so keep looking until it stays quiet."""
+    if not unmount_all_under(directory, hurry=True):
+        return
     deadline = time.monotonic() + 10
     quiet_since = time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - quiet_since < 0.5:
