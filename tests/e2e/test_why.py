@@ -149,14 +149,14 @@ def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, t
     writer on the host's disk moves the device's bytes, not the guest's dirty pages: the
     check reads those in the guest (on the host's reading alone, such a run read durable)."""
     vm_capable()
-    # 32 MB in four files, where the guest can read it (not under /tmp, its own tmpfs): below
+    # 16 MB in four files, where the guest can read it (not under /tmp, its own tmpfs): below
     # the 1 GiB guest's background writeback threshold (10 % of its memory), so its own
     # flusher leaves it alone for the 30 s before dirty data expires.
     where = TEST_ROOT / f"durable-{tmp_path.name}"
     tree = where / "tree"
     tree.mkdir(parents=True)
     for number in range(4):
-        (tree / f"part{number}").write_bytes(os.urandom(8 * 2**20))
+        (tree / f"part{number}").write_bytes(os.urandom(4 * 2**20))
     archive = where / "tree.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(tree, arcname="tree")
@@ -179,7 +179,7 @@ def test_a_sync_that_stops_at_the_top_is_flagged_not_durable(needs_root: None, t
     found = _durability(broken)
     guest = found["facts"]["guest"]
     # Its syncfs is its disk's. Not 0: a fresh clone's run read 24 KiB dirty (in the guest or
-    # in the host's pages of the disk image after the guest's shutdown) against 32 MiB claimed.
+    # in the host's pages of the disk image after the guest's shutdown) against 16 MiB claimed.
     assert guest["durable"] is True and guest["dirty_bytes"] < 2**20, guest
     fuse = found["facts"]["guest-fuse"]
     assert fuse["durable"] is False and fuse["dirty_bytes"] >= 0.9 * fuse["claimed_bytes"], fuse
