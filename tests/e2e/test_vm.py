@@ -130,6 +130,9 @@ def test_the_accelerator_is_recorded_and_reported(vm_experiment: dict[str, objec
     accel = next(r["facts"]["guest"]["accel"] for r in document["runs"] if "guest" in r["facts"])
     assert f"accel={accel}" in document["stacks"]["vm-bind"]["layers"][0]
     assert f"accel {accel}" in document["stacks"]["vm-bind"]["mount_lines"][0]
+    # tcg runs nothing speculatively: its guest boots without the mitigations; KVM's keeps them
+    said = "mitigations off" in document["stacks"]["vm-bind"]["mount_lines"][0]
+    assert said == (accel == "tcg"), document["stacks"]["vm-bind"]["mount_lines"][0]
     for report in (vm_experiment["text"], vm_experiment["mail"], json.dumps(document["warnings"])):
         assert isinstance(report, str)
         assert f"accelerator {accel}" in report
