@@ -138,6 +138,8 @@ def run_module(
                 "-p",
                 "no:cacheprovider",
                 f"--junitxml={report}",
+                "-o",
+                "junit_family=xunit1",  # each case names its file: a class's tests are told apart
                 str(module.relative_to(REPO)),
             ],
             cwd=REPO,
@@ -162,7 +164,7 @@ def run_module(
 def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
     found = []
     for case in ElementTree.parse(report).getroot().iter("testcase"):
-        test = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        test = _test_id(case.get("file"), case.get("classname", ""), case.get("name", ""))
         seconds = float(case.get("time") or 0)
         outcome, message = "passed", ""
         for child in case:
@@ -172,6 +174,16 @@ def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
                 outcome, message = "skipped", (child.get("message") or "")[:160]
         found.append((test, outcome, seconds, message))
     return found
+
+
+def _test_id(file: str | None, classname: str, name: str) -> str:
+    """pytest's id of a case: its file, the class it is in (if any), its name. The classname
+    is the module's dotted path, and the class's name after it."""
+    if not file:
+        return f"{classname.replace('.', '/')}.py::{name}"
+    module = file.removesuffix(".py").replace("/", ".")
+    within = classname.removeprefix(module).lstrip(".")
+    return "::".join(part for part in (file, within, name) if part)
 
 
 @dataclass(frozen=True)

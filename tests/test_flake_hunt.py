@@ -61,3 +61,19 @@ def test_a_part_whose_minutes_are_up_starts_no_module(tmp_path: Path) -> None:
     done = hunt(ledger, "--rounds", "3", "--neighbour", "alone", "--modules", MODULE, "--minutes", "0")
     assert done.returncode == 0, done.stderr
     assert "0 minutes are up, stopping" in done.stderr and not ledger.exists()
+
+
+def test_a_test_in_a_class_is_named_as_pytest_names_it() -> None:
+    """JUnit gives a case's module and class as one dotted name: the hunt takes the module
+    from the case's file, so a class's tests count under their pytest ids."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flake_hunt", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    in_class = module._test_id("tests/e2e/test_fleet.py", "tests.e2e.test_fleet.TestOnOneCluster", "test_x")
+    assert in_class == "tests/e2e/test_fleet.py::TestOnOneCluster::test_x"
+    assert (
+        module._test_id("tests/test_sizes.py", "tests.test_sizes", "test_y") == "tests/test_sizes.py::test_y"
+    )

@@ -210,6 +210,7 @@ def test_churn_through_the_automounter_over_nfs_in_a_guest(tmp_path: Path) -> No
     )
     scratch = TEST_ROOT / "guest-automount"
     (run,) = run_plan(tmp_path, plan, scratch)["runs"]  # exits 0, or says how it did not
+    assert run["status"] == "ok", run["error"]
     churn = run["facts"]["churn"]
     assert churn["through"] == "automount"
     assert (churn["cycles"], churn["failures"], churn["leaked_mounts"]) == (8, 0, 0), churn["errors"]
