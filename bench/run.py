@@ -114,7 +114,9 @@ def bare(argv: list[str]) -> float:
 
 
 def plan(name: str, reps: int, warmup: int, stacks: str, workloads: str) -> str:
-    return f'name = "{name}"\nreps = {reps}\nwarmup = {warmup}\n{stacks}\n{workloads}\n'
+    # Each side waits for the pass of free page reporting already due before its run (let_go).
+    head = f'name = "{name}"\nreps = {reps}\nwarmup = {warmup}\nwait_reporting_pass = true\n'
+    return f"{head}{stacks}\n{workloads}\n"
 
 
 DISK = "[stacks.disk]\nlayers = []\n"
@@ -192,6 +194,13 @@ def held_warm(run: int | str) -> contextlib.AbstractContextManager[warm_memory.H
     (warm_memory.py), where this kernel hands free memory back, released right before it."""
     run_bytes = parse_size(run) if isinstance(run, str) else run
     return warm_memory.held(run_bytes if warm_memory.wanted() else 0)
+
+
+def let_go(warm: warm_memory.Held) -> None:
+    """Right before a plain tool's run, as a trial lets go: after the pass of free page
+    reporting already due (warm_memory.wait_for_reporting_pass)."""
+    warm_memory.wait_for_reporting_pass(warm)
+    warm.release()
 
 
 @dataclass
@@ -290,7 +299,7 @@ def stream_write(session: Session, size: str, rounds: int, looks: int) -> list[l
     def dd() -> float:
         with session.scratch.directory("bench", f"dd-{next(serial)}") as target, held_warm(size) as warm:
             measure.drop_caches()
-            warm.release()
+            let_go(warm)
             argv = ["dd", "if=/dev/zero", f"of={target}/stream.dat", "bs=1M", f"count={count}"]
             seconds = bare([*argv, "conv=fsync", "status=none"])
         return size_bytes / seconds / 1e6
@@ -298,7 +307,7 @@ def stream_write(session: Session, size: str, rounds: int, looks: int) -> list[l
     def fio() -> float:
         with session.scratch.directory("bench", f"fio-{next(serial)}") as target, held_warm(size) as warm:
             measure.drop_caches()
-            warm.release()
+            let_go(warm)
             done = subprocess.run(
                 # As dd writes: zeros, into a fresh file, no preallocation, one fsync at the end.
                 ["fio", "--name=write", f"--filename={target}/stream.dat", "--rw=write", "--bs=1M",
@@ -366,7 +375,7 @@ def fio_workload(session: Session, size: str, rounds: int, looks: int) -> list[l
                         )
                         subprocess.run(["sync", "-f", str(top)], check=True)
                         measure.drop_caches()
-                        warm.release()
+                        let_go(warm)
                         done = subprocess.run(
                             [*common, "--output-format=json+", str(job)],
                             check=True,
@@ -406,7 +415,7 @@ def extract(session: Session, archive_name: str, rounds: int, looks: int) -> lis
                 target = work / "extract"
                 target.mkdir()
                 measure.drop_caches()
-                warm.release()
+                let_go(warm)
                 start = time.monotonic()
                 subprocess.run(["tar", "-xf", str(staged), "-C", str(target)], check=True)
                 subprocess.run(["sync", "-f", str(target)], check=True)
@@ -456,6 +465,19 @@ def default_experiment(scratch_root: Path, how: list[str]) -> list[list[str]]:
     ]
 
 
+def write_every_page(image: Path, size: int) -> None:
+    """The memory device's image, every page of it written now: the kernel hands free memory
+    back to its hypervisor, and a page first written in a timed run can cost that run a host
+    fault. 512M `dd conv=fsync` 12 times, 2 s apart, each held warm as below (2026-12-06): on
+    a fallocated image 0.28-1.63 s, the slow rounds (2-6) those that first wrote a part of the
+    image, 0.29-0.36 s after; on a written one 0.26-0.39 s throughout. (A sparse image, before:
+    550-2000 MB/s from one round to the next, on both sides alike.)"""
+    chunk = bytes(64 << 20)
+    with open(image, "wb") as handle:
+        for offset in range(0, size, len(chunk)):
+            handle.write(chunk[: min(len(chunk), size - offset)])
+
+
 @contextlib.contextmanager
 def memory_device(under: Path, size: str) -> Iterator[Path]:
     """An ext4 file system on a loop device whose image lies in a tmpfs: a device no other
@@ -473,11 +495,7 @@ def memory_device(under: Path, size: str) -> Iterator[Path]:
         mounts.mount("tmpfs", backing, fstype="tmpfs", options=[f"size={room + (64 << 20)}"])
         stack.callback(mounts.unmount, backing)
         image = backing / "fs.img"
-        # Every page of the image taken now, not as the file system first writes a block: the
-        # kernel hands free memory back to its hypervisor, and a page taken fresh in a timed
-        # run would cost a host fault in that run (a sparse image let 512M writes run at
-        # 550-2000 MB/s from one round to the next, on both sides alike).
-        image_layer.make_image(image, room, preallocate=True)
+        write_every_page(image, room)
         # mkfs discards the whole device first, and on an image file that punches holes:
         # every page just taken would go back (nodiscard keeps them).
         system.run(["mkfs.ext4", *image_layer.ext4_mkfs_arguments("nodiscard"), str(image)])

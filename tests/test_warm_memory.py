@@ -33,3 +33,44 @@ def test_a_hold_never_takes_more_than_half_the_available_memory(monkeypatch: pyt
     monkeypatch.setattr(warm_memory, "_available_bytes", lambda: 128 << 20)
     with warm_memory.held(1 << 50) as held:  # a petabyte: what a plan's typo could ask
         assert held.nbytes == 64 << 20
+
+
+def _reported_kib_reads(monkeypatch: pytest.MonkeyPatch, reads: list[int]) -> None:
+    """The count of memory handed back, as the kernel would show it read after read (the
+    last value repeats)."""
+    values = iter(reads)
+    last = [reads[0]]
+
+    def read() -> int:
+        last[0] = next(values, last[0])
+        return last[0]
+
+    monkeypatch.setattr(warm_memory.kernelstats, "read_reported_kib", read)
+    monkeypatch.setattr(warm_memory, "_POLL_S", 0.001)
+
+
+def test_the_wait_for_a_pass_ends_once_the_pass_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pass comes after a few reads, hands back 300 KiB in two steps, then nothing moves
+    _reported_kib_reads(monkeypatch, [1000, 1000, 1000, 1100, 1300])
+    hold = warm_memory.Held(64 << 20, 0.0)
+    passed = warm_memory.wait_for_reporting_pass(hold)
+    assert passed.reported_kib == 300
+    assert warm_memory._PASS_ENDED_S <= passed.waited_s < warm_memory._PASS_DUE_S
+    assert passed.facts() == {"reporting_waited_s": passed.waited_s, "reporting_pass_kib": 300}
+
+
+def test_with_no_pass_due_the_wait_gives_up_after_the_kernels_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    _reported_kib_reads(monkeypatch, [1000])
+    monkeypatch.setattr(warm_memory, "_PASS_DUE_S", 0.2)
+    passed = warm_memory.wait_for_reporting_pass(warm_memory.Held(64 << 20, 0.0))
+    assert passed.reported_kib == 0 and 0.2 <= passed.waited_s < 0.5
+
+
+def test_nothing_held_nothing_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    _reported_kib_reads(monkeypatch, [1000, 2000])
+    assert warm_memory.wait_for_reporting_pass(warm_memory.Held(0, 0.0)) == warm_memory.ReportingPass(0.0, 0)
+
+
+def test_where_the_kernel_reports_nothing_nothing_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warm_memory.kernelstats, "read_reported_kib", lambda: None)
+    assert warm_memory.wait_for_reporting_pass(warm_memory.Held(64 << 20, 0.0)).waited_s == 0.0

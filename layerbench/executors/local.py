@@ -341,6 +341,8 @@ class LocalExecutor(Executor):
         journal entry; around it, each observer's capture (the memory handed back to the
         hypervisor, the memory held warm, a block trace if asked for) gives its facts."""
         prepared.facts.update(self._settle(setting, devices).facts())
+        if setting.plan.wait_reporting_pass:
+            prepared.facts.update(warm_memory.wait_for_reporting_pass(warm).facts())
         procs, pressure = self._pressure_group(built, workdir, resources)
         with contextlib.ExitStack() as observing:
             captures: list[Capture] = [observing.enter_context(self._free_page_reporting.around())]

@@ -16,7 +16,19 @@ run will take fresh,
 in the pages the stack's top takes (huge ones where the kernel gives them, 4 KiB ones for a
 top whose layer has `small_pages`), and lets go of it right before the timed run, whose
 allocations then reuse those pages. The hold is the trial's `phase_warm_memory_s`, outside
-the timed run."""
+the timed run.
+
+The kernel hands memory back in passes, 2 s after the first free since its last pass
+(PAGE_REPORTING_DELAY), and a pass hands back whatever blocks are free then: a pass that
+the trial's own frees set off (its preparation, the dropped caches) and that falls in the
+timed run takes the just-released hold back before the run has used it, and the run pays
+the host's faults after all. Measured here, 512M `dd conv=fsync` onto ext4 on a memory-backed
+loop device, held as above, 20 rounds a second apart, let go of at once or after that pass
+(the count of memory handed back moves, then holds for 0.1 s; or 2.1 s pass without a move):
+0.257-1.400 s at once (2 rounds slow), 0.261-0.323 s after the pass, which took 0.21-2.12 s to
+wait for (median 2.11: mostly no pass came; `python3 bench/reporting_pass.py`, 2026-12-06). A
+plan's `wait_reporting_pass` makes each trial wait so (`wait_for_reporting_pass`), outside the
+timed run; it is off by default for what it costs (up to 2.1 s a trial)."""
 
 import contextlib
 import mmap
@@ -34,7 +46,16 @@ WARM_MEMORY_BYTES = Fact(
     "memory held written from the trial's start until right before the run",
     int,
 )
-declare(WARM_MEMORY_BYTES)
+REPORTING_WAITED_S = Fact(
+    "reporting_waited_s",
+    "before",
+    "seconds waited, right before the run, for the pass of free page reporting the trial's frees set off",
+    float,
+)
+REPORTING_PASS_KIB = Fact(
+    "reporting_pass_kib", "before", "KiB that pass handed back to the hypervisor while waited for", int
+)
+declare(WARM_MEMORY_BYTES, REPORTING_WAITED_S, REPORTING_PASS_KIB)
 
 # Slack over the run's own data: directories, inodes, the child's own pages.
 _SLACK = 1.1
@@ -42,6 +63,12 @@ _SLACK_BYTES = 32 << 20
 # Never hold more than this share of the memory available when the trial starts.
 _AVAILABLE_SHARE = 0.5
 _TOUCH_CHUNK = 64 << 20
+# The kernel's delay from a free to its pass over the free memory (PAGE_REPORTING_DELAY, 2 s),
+# and a little over it: with no pass by then, none was due.
+_PASS_DUE_S = 2.1
+# A pass has ended once the count of memory handed back holds this long.
+_PASS_ENDED_S = 0.1
+_POLL_S = 0.02
 
 
 def wanted() -> bool:
@@ -97,3 +124,33 @@ def held(run_bytes: int, *, huge: bool = True) -> Iterator[Held]:
         yield handle
     finally:
         handle.release()
+
+
+@dataclass(frozen=True)
+class ReportingPass:
+    """The wait, right before a run, for the pass of free page reporting already due."""
+
+    waited_s: float
+    reported_kib: int
+
+    def facts(self) -> dict[str, float | int]:
+        return {REPORTING_WAITED_S.key: self.waited_s, REPORTING_PASS_KIB.key: self.reported_kib}
+
+
+def wait_for_reporting_pass(hold: Held) -> ReportingPass:
+    """Where memory is held for a run, wait until the pass of free page reporting that the
+    trial's frees set off has handed its memory back (the count moves, then holds), or until
+    none can still be due: so that no pass takes the hold back during the run."""
+    first = kernelstats.read_reported_kib() if hold.nbytes else None
+    if first is None:
+        return ReportingPass(0.0, 0)
+    began = time.monotonic()
+    last, moved_at = first, None
+    while (now := time.monotonic()) - began < _PASS_DUE_S:
+        if moved_at is not None and now - moved_at >= _PASS_ENDED_S:
+            break
+        time.sleep(_POLL_S)
+        current = kernelstats.read_reported_kib()
+        if current is not None and current != last:
+            last, moved_at = current, time.monotonic()
+    return ReportingPass(time.monotonic() - began, last - first)

@@ -74,6 +74,8 @@ class _PlanFile(BaseModel):
     settle_timeout: float = Field(default=10.0, gt=0, le=600)  # s: give up waiting (the run says so)
     sentinel: bool = True  # the drift probe between rounds
     warm_memory: bool = True  # hold what a run takes fresh until it starts (warm_memory.py)
+    # and before letting go of it, wait for the pass of free page reporting already due (<= 2.1 s)
+    wait_reporting_pass: bool = False
     stacks: dict[Name, StackSpec] = Field(min_length=1, max_length=64)
     workloads: dict[Name, dict[str, Any]] = Field(min_length=1, max_length=64)
     quick: dict[str, Any] = Field(default_factory=dict)
@@ -105,6 +107,7 @@ class Plan(BaseModel):
     settle_timeout: float = 10.0
     sentinel: bool = True
     warm_memory: bool = True
+    wait_reporting_pass: bool = False
     stacks: dict[str, list[LayerOptions]]
     workloads: dict[str, WorkloadOptions]
     worlds: dict[str, str] = {}  # stack -> world spec, for stacks that carry one
@@ -139,6 +142,7 @@ class Plan(BaseModel):
             "settle_timeout": self.settle_timeout,
             "sentinel": self.sentinel,
             "warm_memory": self.warm_memory,
+            "wait_reporting_pass": self.wait_reporting_pass,
             "stacks": {n: [layer.model_dump() for layer in ls] for n, ls in self.stacks.items()},
             "workloads": {n: w.model_dump() for n, w in self.workloads.items()},
             # What `run --resume` needs to rebuild the very same schedule from the text.
@@ -250,7 +254,7 @@ def parse_plan(
         run_reps = min(run_reps, 5)
     keys = (
         *("name", "description", "warmup", "order", "seed", "alpha", "correction", "equivalence"),
-        *("threshold", "settle", "settle_timeout", "sentinel", "warm_memory"),
+        *("threshold", "settle", "settle_timeout", "sentinel", "warm_memory", "wait_reporting_pass"),
     )
     return Plan(
         **{key: getattr(shape, key) for key in keys},
