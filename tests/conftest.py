@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import SESSIONS_PARENT, TEST_ROOT, leftovers
+from helpers import SESSIONS_PARENT, TEST_ROOT, leftovers, skip_unless_root
 
 # A run's fact that no module declared (layerbench.core.facts) fails the run that stored it,
 # in this process and in every layerbench the tests start.
@@ -65,8 +65,7 @@ def scratch_root(request: pytest.FixtureRequest) -> Iterator[Path]:
 
 @pytest.fixture
 def needs_root() -> None:
-    if not IS_ROOT:
-        pytest.skip("needs root: mounts, loop devices and drop_caches (run the suite as root)")
+    skip_unless_root()
 
 
 @pytest.fixture(scope="session")

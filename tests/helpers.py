@@ -334,10 +334,15 @@ def drawn_figures(page: Path, work: Path) -> tuple[dict[str, tuple[int, int]], s
     return {name: (int(w), int(h)) for name, w, h in found}, dom
 
 
+def skip_unless_root(needs: str = "mounts, loop devices and drop_caches") -> None:
+    """Skip the test (or a fixture's tests), saying what it needs root for, unless run as root."""
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root: {needs} (run the suite as root)")
+
+
 def vm_capable() -> None:
     """Skip, saying why, where this host cannot run the vm layer (root, qemu, a guest kernel)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    skip_unless_root()
     from layerbench.stacks.vm import VmLayer
 
     lacks = VmLayer.missing(VmLayer.Options(kind="vm"))

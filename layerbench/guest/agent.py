@@ -21,9 +21,8 @@ from layerbench.executors import procedure
 from layerbench.guest.protocol import GuestAnswer, GuestRequest
 from layerbench.observe import measure
 from layerbench.scratch import Scratch
-from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, LayerOptions, build_stack, load_kinds
+from layerbench.stacks.base import LAYER_KINDS, BuildContext, Layer, LayerOptions, build_stack
 from layerbench.workloads.base import WORKLOAD_KINDS, Prepared, Workload, WorkloadOptions
-from layerbench.workloads.base import load_kinds as load_workload_kinds
 
 
 def _uptime() -> float:
@@ -33,9 +32,7 @@ def _uptime() -> float:
 def _kinds(
     modules: list[str],
 ) -> tuple[dict[str, type[Layer[LayerOptions]]], dict[str, type[Workload[WorkloadOptions]]]]:
-    """The layer and workload kinds: those the request's modules register, or every one."""
-    if not modules:
-        return load_kinds(), load_workload_kinds()
+    """The layer and workload kinds the request's modules register (and no other module's)."""
     for name in modules:
         if not name.startswith("layerbench."):
             raise UserError(f"guest request: {name} is not a module of layerbench")

@@ -102,6 +102,13 @@ class MachineSpec:
     work_share: Path | None = None
     work_share_options: str = ""
 
+    @property
+    def mitigations_off(self) -> bool:
+        """tcg runs no instruction speculatively: the Spectre and Meltdown mitigations the guest
+        kernel picks for the CPU model qemu presents guard nothing there, and page table
+        isolation flushes tcg's TLB at every system call (a boot's setup took 1.7 s longer)."""
+        return self.accel == "tcg"
+
 
 def qemu_version() -> str:
     return system.tool_version(QEMU) or "unknown"
@@ -121,10 +128,7 @@ def command(spec: MachineSpec, guest: kernel.GuestKernel, *, quiet: bool = True)
     # tsc=reliable: the clocksource watchdog compares the TSC with jiffies, which lag
     # under emulation, and would switch the guest to that lagging clock.
     append = f"console=ttyS0 panic=-1 reboot=t tsc_early_khz={tsc_khz()} tsc=reliable"
-    if spec.accel == "tcg":
-        # tcg runs no instruction speculatively: the Spectre and Meltdown mitigations the guest
-        # kernel picks for the CPU model qemu presents guard nothing here, and page table
-        # isolation flushes tcg's TLB at every system call (a boot's setup took 1.7 s longer).
+    if spec.mitigations_off:
         append += " mitigations=off"
     if quiet:
         append += " quiet loglevel=3"
@@ -305,7 +309,7 @@ class GuestTrial:
             f"qemu guest: accel {self.spec.accel} ({self.accel_why}), {self.spec.cpus} CPU, "
             f"{self.spec.memory_mib} MiB, microvm, kernel {self.guest.release}, "
             f"disk {self.spec.disk_bus} cache={self.spec.disk_cache} on {self.spec.disk_image}"
-            + (", mitigations off (tcg runs nothing speculatively)" if self.spec.accel == "tcg" else "")
+            + (", mitigations off (tcg runs nothing speculatively)" if self.spec.mitigations_off else "")
             + (
                 f", the workload on {self.spec.work_share} over 9p ({self.spec.work_share_options})"
                 if self.spec.work_share is not None

@@ -3,7 +3,7 @@ request in SHARE/request.json, the answer in SHARE/result.json, both validated o
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from layerbench.content.archives import Archive
 from layerbench.observe.run_result import RunResult
@@ -25,8 +25,9 @@ class GuestRequest(BaseModel):
     # The kernel modules its layers and workload need, loaded by the guest's init
     kernel_modules: list[str] = []
     # The Python modules that hold its layer and workload kinds: the agent imports these and
-    # no other kind's (each import costs some 35 times its host time under tcg); empty: all
-    kind_modules: list[str] = []
+    # no other kind's (each import costs some 35 times its host time under tcg); a workload
+    # always has one
+    kind_modules: list[str] = Field(min_length=1)
     # Set by the vm layer: where the guest's scratch root is, and its file system's size.
     scratch: str = ""
     fs_size: int | None = None

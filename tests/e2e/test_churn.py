@@ -2,14 +2,13 @@
 expose(), latencies, no failures, no leaked mounts or loop devices, the kernel log read."""
 
 import json
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, leftovers, leftovers_after, start_cli
+from helpers import TEST_ROOT, cli, leftovers, leftovers_after, skip_unless_root, start_cli
 
 from layerbench.linux import procfs
 from layerbench.stacks.base import load_kinds
@@ -45,8 +44,7 @@ def _plan(cycles: int, files: int, extra: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def churned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and /dev/kmsg")
+    skip_unless_root("mounts, loop devices and /dev/kmsg")
     base = tmp_path_factory.mktemp("churn")
     plan = base / "plan.toml"
     plan.write_text(_plan(cycles=10, files=2))

@@ -2,12 +2,11 @@
 `check`, run, and reported in every format with the sweep's plot and each layer's step."""
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, cli, drawn_figures, leftovers
+from helpers import TEST_ROOT, cli, drawn_figures, leftovers, skip_unless_root
 
 from layerbench import stats
 from layerbench.core.runs import RunRecord
@@ -38,8 +37,7 @@ STEPS = [("tmpfs", "dir", "tmpfs"), ("tmpfs+overlay", "tmpfs", "overlay"), ("box
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    skip_unless_root()
     work = tmp_path_factory.mktemp("expansion")
     plan, db, scratch = work / "plan.toml", work / "r.db", TEST_ROOT / "expansion"
     plan.write_text(PLAN)

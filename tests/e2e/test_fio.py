@@ -3,14 +3,21 @@ fails at run time, bad input, and the O_DIRECT refusal where a layer here refuse
 
 import json
 import math
-import os
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, assert_verdict_agrees, cli, drawn_figures, one_line_error
+from helpers import (
+    REPO,
+    TEST_ROOT,
+    assert_verdict_agrees,
+    cli,
+    drawn_figures,
+    one_line_error,
+    skip_unless_root,
+)
 
 from layerbench.executors.local import LocalExecutor
 from layerbench.reports import render
@@ -60,8 +67,7 @@ options = { rw = "read", bs = "1M", size = "4M", create_on_open = 1, allow_file_
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    skip_unless_root()
     base = tmp_path_factory.mktemp("fio")
     (base / "jobs").mkdir()
     (base / "jobs" / "randread.fio").write_text(JOB)

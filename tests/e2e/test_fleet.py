@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_ROOT, cli, fleet_agents, leftovers, start_cli
+from helpers import TEST_ROOT, cli, fleet_agents, leftovers, skip_unless_root, start_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -100,8 +100,7 @@ def fleet(needs_root: None, postgres_cluster: Any) -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="class")
 def whole_fleet(postgres_cluster: Any) -> Iterator[dict[str, Any]]:
     """One cluster for the tests of a class, which leave its nodes as they found them."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches (run the suite as root)")
+    skip_unless_root()
     with _fleet(postgres_cluster) as up:
         yield up
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli
+from helpers import REPO, TEST_ROOT, cli, skip_unless_root
 
 pytestmark = pytest.mark.e2e
 
@@ -107,8 +107,7 @@ def _credentials(directory: Path, token: str) -> Path:
 @pytest.fixture(scope="module")
 def loopback_fleet() -> Iterator[dict[str, Any]]:
     """One head and one host for the module: its tests only look and knock, none stops them."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the fleet's control groups and Ray's processes")
+    skip_unless_root("the fleet's control groups and Ray's processes")
     # Short: Ray's Unix sockets live under it, and their paths may not pass 107 bytes.
     root = TEST_ROOT / "fx"
     with contextlib.suppress(FileNotFoundError):

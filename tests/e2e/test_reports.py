@@ -5,7 +5,6 @@ its formats, history."""
 import csv
 import io
 import json
-import os
 import re
 import shutil
 from html import unescape
@@ -14,7 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEST_ROOT, assert_verdict_agrees, chromium, cli, drawn_figures, one_line_error
+from helpers import (
+    TEST_ROOT,
+    assert_verdict_agrees,
+    chromium,
+    cli,
+    drawn_figures,
+    one_line_error,
+    skip_unless_root,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -45,8 +52,7 @@ RUNS = len(STACKS) * len(WORKLOADS) * (4 + 1)
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    skip_unless_root()
     base = tmp_path_factory.mktemp("reports")
     (base / "plan.toml").write_text(PLAN)
     path = base / "results.db"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TEST_ROOT, assert_verdict_agrees, cli, leftovers
+from helpers import TEST_ROOT, assert_verdict_agrees, cli, leftovers, skip_unless_root
 
 from layerbench import stats
 from layerbench.scratch import placement
@@ -55,11 +55,7 @@ run = "sh -c 'cp -a /usr/include/linux . && sync -f .'"
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    import os
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
-    from helpers import TEST_ROOT
+    skip_unless_root()
 
     base = tmp_path_factory.mktemp("e2e")
     plan = base / "plan.toml"

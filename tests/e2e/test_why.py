@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_ROOT, cli, drawn_figures, leftovers, vm_capable
+from helpers import TEST_ROOT, cli, drawn_figures, leftovers, skip_unless_root, vm_capable
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +41,7 @@ def _report(db: Path, form: str) -> str:
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, loop devices and drop_caches")
+    skip_unless_root()
     base = tmp_path_factory.mktemp("why")
     (base / "plan.toml").write_text(PLAN)
     scratch = TEST_ROOT / "e2e-why"

@@ -13,7 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TEST_ROOT, cli, leftovers, leftovers_after, one_line_error, start_cli, wait_stopped
+from helpers import (
+    REPO,
+    TEST_ROOT,
+    cli,
+    leftovers,
+    leftovers_after,
+    one_line_error,
+    skip_unless_root,
+    start_cli,
+    wait_stopped,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -59,8 +69,7 @@ jobs = 2
 
 @pytest.fixture
 def as_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts, chroot and drop_caches")
+    skip_unless_root("mounts, chroot and drop_caches")
 
 
 def _run(tmp_path: Path, plan_text: str, name: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
