@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """layerbench against the plain tools, side by side in one run.
 
-    python3 bench/run.py [--quick | --tiny] [--device memory|disk] [--overhead] [--scratch DIR]
+    python3 bench/run.py [--quick | --tiny] [--device memory|disk] [--overhead | --only ROWS] [--scratch DIR]
 
 Prints, as a Markdown table:
 - per-run overhead: the wall time layerbench records for a `command` workload of `true`
@@ -430,15 +430,23 @@ def extract(session: Session, archive_name: str, rounds: int, looks: int, wait_p
     return sequential(rounds, looks, {"layerbench": layerbench, "tar": tar}, [row])
 
 
-def like_for_like(session: Session, mode: str) -> list[list[str]]:
-    """layerbench against dd, fio and tar, on the session's scratch root."""
+LIKE_FOR_LIKE = ("stream-write", "fio", "extract")
+
+
+def like_for_like(session: Session, mode: str, only: str | None = None) -> list[list[str]]:
+    """layerbench against dd, fio and tar (or only one of them), on the session's scratch root."""
     _, size, write_rounds, archive, extract_rounds, _ = MODES[mode]
     # Both sides wait for free page reporting's pass before each run (let_go), except in the
     # suite's smoke test, where the waits (up to 2.1 s each) would be most of its time.
     wait_pass = mode != "tiny"
-    rows = stream_write(session, size, write_rounds, LOOKS[mode], wait_pass)
-    rows += fio_workload(session, size, write_rounds, LOOKS[mode], wait_pass)
-    return rows + extract(session, archive, extract_rounds, LOOKS[mode], wait_pass)
+    rows: list[list[str]] = []
+    if only in (None, "stream-write"):
+        rows += stream_write(session, size, write_rounds, LOOKS[mode], wait_pass)
+    if only in (None, "fio"):
+        rows += fio_workload(session, size, write_rounds, LOOKS[mode], wait_pass)
+    if only in (None, "extract"):
+        rows += extract(session, archive, extract_rounds, LOOKS[mode], wait_pass)
+    return rows
 
 
 def default_experiment(scratch_root: Path, how: list[str]) -> list[list[str]]:
@@ -526,8 +534,14 @@ def main() -> int:
         help="where the like-for-like rows run: ext4 on a memory-backed loop device (default), "
         "or the scratch root's disk",
     )
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--overhead", action="store_true", help="only the per-run overhead rows (about a minute)"
+    )
+    only.add_argument(
+        "--only",
+        choices=LIKE_FOR_LIKE,
+        help="only these like-for-like rows (no overhead rows, no default experiment)",
     )
     args = parser.parse_args()
     for tool in ("fio", "tar", "dd"):
@@ -542,19 +556,20 @@ def main() -> int:
         # The layerbench runs' results go to a store that is removed with the session.
         with Session(args.scratch / "runs", "bench/run.py") as session:
             machine = host.describe(session.scratch.root)
-            rows += overhead(session, reps)
+            if not args.only:
+                rows += overhead(session, reps)
             if args.device == "disk" and not args.overhead:
-                rows += like_for_like(session, mode)
+                rows += like_for_like(session, mode, args.only)
         if args.device == "memory" and not args.overhead:
             with (
                 memory_device(args.scratch, MEMORY_DEVICE[mode]) as device,
                 Session(device / "runs", "bench/run.py") as session,
             ):
-                rows += like_for_like(session, mode)
+                rows += like_for_like(session, mode, args.only)
     except UserError as exc:  # not root, the scratch root in use, leftovers that stay
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    if not args.overhead:
+    if not args.overhead and not args.only:
         rows += default_experiment(args.scratch, experiment)
     for root in (args.scratch / "runs", args.scratch / "default"):
         # Each is a scratch root of its own; what is left is its marker, lock and no journal.
