@@ -82,6 +82,10 @@ MODES = {
 MEMORY_DEVICE = {"full": "4G", "quick": "3G", "tiny": "512M"}
 # mode: the looks a like-for-like row may take (each adds the mode's rounds again)
 LOOKS = {"full": 4, "quick": 4, "tiny": 1}
+# mode: whether both sides of a like-for-like row wait for free page reporting's pass before
+# each run (let_go): not in the suite's smoke test, where the waits (up to 2.1 s each) would
+# be most of its time
+WAIT_PASS = {"full": True, "quick": True, "tiny": False}
 OVERHEAD_GOAL_S = 0.002  # a run within 2 ms of the bare command (issue 25), its interval too
 OVERHEAD_GOAL_SHARE = 0.01
 RATIO_BAND = 0.03  # like for like: within 3 % of 1, either way
@@ -436,9 +440,7 @@ LIKE_FOR_LIKE = ("stream-write", "fio", "extract")
 def like_for_like(session: Session, mode: str, only: str | None = None) -> list[list[str]]:
     """layerbench against dd, fio and tar (or only one of them), on the session's scratch root."""
     _, size, write_rounds, archive, extract_rounds, _ = MODES[mode]
-    # Both sides wait for free page reporting's pass before each run (let_go), except in the
-    # suite's smoke test, where the waits (up to 2.1 s each) would be most of its time.
-    wait_pass = mode != "tiny"
+    wait_pass = WAIT_PASS[mode]
     rows: list[list[str]] = []
     if only in (None, "stream-write"):
         rows += stream_write(session, size, write_rounds, LOOKS[mode], wait_pass)
@@ -541,7 +543,7 @@ def main() -> int:
     only.add_argument(
         "--only",
         choices=LIKE_FOR_LIKE,
-        help="only these like-for-like rows (no overhead rows, no default experiment)",
+        help="only this kind of like-for-like rows (no overhead rows, no default experiment)",
     )
     args = parser.parse_args()
     for tool in ("fio", "tar", "dd"):
