@@ -1,6 +1,7 @@
 """Shared by the tests: running the CLI for real, and what layerbench may leave behind."""
 
 import contextlib
+import gc
 import io
 import json
 import math
@@ -99,6 +100,15 @@ def other_loop_scheduler() -> str | None:
     return None
 
 
+# Commands that only read a results file or a plan run in this process, through the same
+# main() a user's process runs: a separate process costs some 1.5 s of interpreter start and
+# imports (scipy.stats alone 0.7 s) for each of the suite's hundreds of reports. Everything
+# that builds, runs, cleans, migrates or is stopped by a signal, and anything given its own
+# environment, working directory or a PostgreSQL store (whose server a test may stop: a
+# connection left in this process would hold it), still runs as a separate process.
+IN_PROCESS = frozenset({"report", "compare", "history", "check", "trend"})
+
+
 def cli(
     *args: str,
     timeout: float = 900,
@@ -106,21 +116,48 @@ def cli(
     env: dict[str, str] | None = None,
     **kwargs: Any,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `layerbench ARGS` from this checkout as a separate process."""
-    env = {**(env or os.environ), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "layerbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        **kwargs,
-    )
+    """Run `layerbench ARGS` from this checkout: a read-only command in this process, every
+    other one as a separate process."""
+    read_only = args[0] in IN_PROCESS and not any("://" in a for a in args)
+    if read_only and env is None and not kwargs and _plain():
+        done = _in_process(args)
+    else:
+        done = subprocess.run(
+            [sys.executable, "-m", "layerbench", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**(env or os.environ), "PYTHONPATH": str(REPO)},
+            **kwargs,
+        )
     if check and done.returncode != 0:
         raise AssertionError(
             f"layerbench {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         )
     return done
+
+
+def _plain() -> bool:
+    """The CLI's consoles were made without colours, as a separate process's are when its
+    output is piped (not so under `pytest -s` on a terminal: those calls run separately)."""
+    from layerbench import cli as layerbench_cli
+
+    return layerbench_cli.out.color_system is None and layerbench_cli.console.color_system is None
+
+
+def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """`layerbench ARGS` through its main() here, its output captured as a process's would be."""
+    from layerbench import cli as layerbench_cli
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            returncode = layerbench_cli.main(list(args))
+        except SystemExit as exit:  # argparse: a usage error (2), or --help (0)
+            returncode = exit.code if isinstance(exit.code, int) else 1
+    gc.collect()  # the command's store and its connections go now, as they would at its exit
+    argv = ["layerbench", *args]
+    return subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
 
 
 def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

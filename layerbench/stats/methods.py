@@ -155,9 +155,9 @@ def rank_sum(log_a: np.ndarray, log_b: np.ndarray) -> Fit:
 
 @lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: float) -> float:
-    from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
+    from scipy import special  # deferred: `clean` needs no statistics
 
-    return float(scipy_stats.t.ppf(q, df))
+    return float(special.stdtrit(df, q))  # = scipy.stats.t.ppf(q, df), without its 0.7 s import
 
 
 def _t_fit(method: str, estimate: float, se: float, df: float) -> Fit:
