@@ -114,12 +114,13 @@ def cli(
     timeout: float = 900,
     check: bool = False,
     env: dict[str, str] | None = None,
+    separate: bool = False,
     **kwargs: Any,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `layerbench ARGS` from this checkout: a read-only command in this process, every
-    other one as a separate process."""
+    """Run `layerbench ARGS` from this checkout: a read-only command in this process (unless
+    `separate`), every other one as a separate process."""
     read_only = args[0] in IN_PROCESS and not any("://" in a for a in args)
-    if read_only and env is None and not kwargs and _plain():
+    if read_only and not separate and env is None and not kwargs and _plain():
         done = _in_process(args)
     else:
         done = subprocess.run(

@@ -339,3 +339,23 @@ def test_history_lists_every_experiment(db: Path) -> None:
         assert experiment["runs"] == RUNS and experiment["host"]
     text = cli("history", "--db", str(db), check=True).stdout
     assert re.search(r"\b2 +│ reports", text) and "disk, image, ram" in text
+
+
+def _without_volatile(text: str) -> str:
+    """A page without what differs from one rendering to the next: each SVG's metadata (the
+    time it was drawn) and the ids matplotlib salts at random."""
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    return re.sub(r'(\bid="|url\(#|href="#)[^")]+', r"\1ID", text)
+
+
+def test_a_command_in_a_process_of_its_own_prints_what_the_tests_read_in_theirs(db: Path) -> None:
+    """The tests run the commands that only read through the CLI's main() in their own
+    process (tests/helpers.py); a user's command is a process of its own, which imports only
+    what that command needs: every format of report, compare and history come out the same."""
+    commands = [("report", "--format", form) for form in ("text", "markdown", "mail", "json", "csv", "html")]
+    commands += [("compare", "1", "2", "--format", "text"), ("history", "--format", "json")]
+    for command in commands:
+        alone = cli(*command, "--db", str(db), separate=True, check=True)
+        here = cli(*command, "--db", str(db), check=True)
+        assert _without_volatile(alone.stdout) == _without_volatile(here.stdout), command
+        assert alone.stderr == here.stderr, command
