@@ -31,6 +31,7 @@ from layerbench.cross_experiments import add_parsers as add_browse_parsers
 from layerbench.cross_experiments import cmd_serve, cmd_trend
 from layerbench.experiment import Experiment, Trial
 from layerbench.fleet import FLEET_ID_LENGTH
+from layerbench.observe.busy import BusyWindow
 from layerbench.plan import Plan, expansion, footprint, load_plan
 from layerbench.reports import bisect as bisect_report
 from layerbench.reports import comparison as comparison_report
@@ -232,7 +233,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    busy = doctor.BusyWindow()  # the busy-process check's window: the run's own startup
+    # The busy-process check's window: opened as the process started (layerbench/__main__.py),
+    # so the imports filled it; here only when main() was called some other way.
+    busy = args.busy_window or BusyWindow()
     if args.reps is not None and args.reps < 1:
         raise UserError("--reps: must be at least 1")
     if args.fleet is not None:
@@ -296,7 +299,7 @@ def _open_for_writing(db: Location, *, create: bool = True) -> Store:
 
 
 def _run_interruptibly(
-    session: Session, plan: Plan | None, args: argparse.Namespace, busy: doctor.BusyWindow
+    session: Session, plan: Plan | None, args: argparse.Namespace, busy: BusyWindow
 ) -> Experiment | None:
     """The experiment (new, or the one to resume) to its end; None if a signal stopped it
     (everything torn down)."""
@@ -783,8 +786,11 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, busy_window: BusyWindow | None = None) -> int:
+    """The command in argv (sys.argv's by default); busy_window: other processes' CPU since
+    the process started, for run's busy-process check."""
     args = _parser().parse_args(argv)
+    args.busy_window = busy_window
     try:
         for option in ("db", "db_b"):  # a path or a URL: bad ones get the one-line error below
             if getattr(args, option, None) is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from helpers import cli
 
+from layerbench.observe.busy import BusyWindow
 from layerbench.plan import parse_plan
 from layerbench.selftest import doctor
 
@@ -123,8 +124,11 @@ def test_cli_bad_plan(tmp_path: Path) -> None:
 
 
 def test_busy_processes_excludes_itself() -> None:
-    check = doctor.check_busy_processes(window_s=0.2)
-    assert f"pid {os.getpid()}," not in check.detail
+    window = BusyWindow()
+    began = time.monotonic()
+    while time.monotonic() - began < 0.2:  # this process on a CPU for the whole window
+        pass
+    assert os.getpid() not in [pid for _, pid, _ in window.busy(0.0, window_s=0.2)]
 
 
 def test_a_busy_window_opened_at_the_runs_start_waits_only_for_the_rest_and_sees_a_busy_process() -> None:
@@ -132,10 +136,10 @@ def test_a_busy_window_opened_at_the_runs_start_waits_only_for_the_rest_and_sees
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.1)  # the spinner is in the window's first reading
-        window = doctor.BusyWindow()
+        window = BusyWindow()
         time.sleep(0.4)  # the run's startup
         began = time.monotonic()
-        check = window.check(0.5)
+        check = doctor.check_busy_processes(window)
         waited = time.monotonic() - began
     finally:
         spinner.kill()
@@ -144,3 +148,26 @@ def test_a_busy_window_opened_at_the_runs_start_waits_only_for_the_rest_and_sees
     assert waited < 0.35, waited
     # a process spinning on a CPU for the whole window: well above the share, even beside another
     assert check.status == doctor.WARN and f"pid {spinner.pid}," in check.detail, check.detail
+
+
+def test_the_entry_point_opens_the_busy_window_before_the_clis_imports() -> None:
+    """`python3 -m layerbench` and the `layerbench` script: one window, opened before the
+    CLI is imported (its imports fill most of the half second a run's check looks at)."""
+    code = (
+        "import sys\n"
+        "import layerbench.__main__ as entry\n"
+        "seen = []\n"
+        "class Window(entry.BusyWindow):\n"
+        "    def __init__(self):\n"
+        "        seen.append('layerbench.cli' in sys.modules)\n"
+        "        super().__init__()\n"
+        "entry.BusyWindow = Window\n"
+        "sys.argv = ['layerbench', '--version']\n"
+        "try:\n"
+        "    entry.run()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[False]", done.stdout + done.stderr

@@ -14,6 +14,7 @@ from layerbench.core.sizes import format_size
 from layerbench.experiment import make_workloads
 from layerbench.linux import procfs, system
 from layerbench.observe import sentinel, tracing
+from layerbench.observe.busy import BusyWindow
 from layerbench.plan import Plan, footprint
 from layerbench.scratch import Scratch, check_root
 from layerbench.stacks.base import make_layers
@@ -220,44 +221,16 @@ def check_memory(plan: Plan | None) -> Check:
 # ---- noise --------------------------------------------------------------------------------
 
 
-def _process_cpu() -> dict[int, tuple[str, float]]:
-    return {pid: (stat.comm, stat.cpu_s) for pid in procfs.pids() if (stat := procfs.pid_stat(pid))}
-
-
-class BusyWindow:
-    """Every process's CPU over a window that opens when this is made and closes at check():
-    a run opens it as it starts, so its own startup (the plan read, the store opened, the
-    stacks checked) is most of the window, and the check waits only for the rest."""
-
-    def __init__(self) -> None:
-        self.before = _process_cpu()
-        self.opened = time.monotonic()
-
-    def check(self, window_s: float = 0.5) -> Check:
-        if (rest := window_s - (time.monotonic() - self.opened)) > 0:
-            time.sleep(rest)
-        after = _process_cpu()
-        seconds = time.monotonic() - self.opened
-        mine = {os.getpid(), os.getppid()}
-        busy = sorted(
-            (
-                ((after[pid][1] - self.before[pid][1]) / seconds, pid, after[pid][0])
-                for pid in after.keys() & self.before.keys()
-                if pid not in mine and after[pid][0] == self.before[pid][0]  # not a reused pid
-            ),
-            reverse=True,
-        )
-        busy = [b for b in busy if b[0] >= BUSY_CPU_SHARE]
-        if not busy:
-            return Check("busy processes", OK, f"none above {BUSY_CPU_SHARE:.0%} of a CPU")
-        listed = ", ".join(f"{name} (pid {pid}, {share:.0%})" for share, pid, name in busy[:4])
-        return Check(
-            "busy processes", WARN, f"{len(busy)} busy: {listed}", "stop them, or measure when they are done"
-        )
-
-
-def check_busy_processes(window_s: float = 0.5) -> Check:
-    return BusyWindow().check(window_s)
+def check_busy_processes(window: BusyWindow | None = None) -> Check:
+    """Other processes using a tenth of a CPU or more: over the window the command opened
+    as it started (a run's), else over a new one."""
+    busy = (window or BusyWindow()).busy(BUSY_CPU_SHARE)
+    if not busy:
+        return Check("busy processes", OK, f"none above {BUSY_CPU_SHARE:.0%} of a CPU")
+    listed = ", ".join(f"{name} (pid {pid}, {share:.0%})" for share, pid, name in busy[:4])
+    return Check(
+        "busy processes", WARN, f"{len(busy)} busy: {listed}", "stop them, or measure when they are done"
+    )
 
 
 def check_load() -> Check:
@@ -387,5 +360,5 @@ def warnings_before_run(scratch_root: Path, plan: Plan | None, busy: BusyWindow 
     """The cheap checks' warnings that matter to the run about to start (well under a second;
     busy: the window the run opened as it started)."""
     noise = [check() for check in NOISE if check is not check_busy_processes]
-    checks = [check_space(scratch_root, plan), check_memory(plan), (busy or BusyWindow()).check(), *noise]
+    checks = [check_space(scratch_root, plan), check_memory(plan), check_busy_processes(busy), *noise]
     return [f"doctor: {c.line()}" for c in checks if c.status in (WARN, FAIL)]
