@@ -146,7 +146,10 @@ class Experiment:
                     todo += more
                 if progress:
                     progress(trial, len(todo), result)
-            if self._probe.trials_since:  # and once more at the end, unless one just ran
+            # Once more at the end, unless one just ran or the budget forbids it: an
+            # experiment of a few seconds is over before drift within it could be read, and
+            # a second probe would cost it several times the sentinel's share.
+            if self._probe.trials_since and self._probe.due():
                 self._sentinel(todo[-1].index, force=True)
             status = "done"
         except KeyboardInterrupt:
@@ -283,6 +286,9 @@ class _ProbeClock:
         if force:
             return True
         self.trials_since += 1
+        return self.due()
+
+    def due(self) -> bool:
         return sentinel.due(time.monotonic() - self.last_at, self.last_cost_s)
 
     def took(self, cost_s: float) -> None:

@@ -54,6 +54,17 @@ def test_an_experiment_probes_before_between_rounds_and_after(tmp_path: Path) ->
     assert [p.seq for p in probes] == list(range(15)) and probes[0].parts == {"cpu": 0.02, "memory": 0.05}
 
 
+def test_an_experiment_over_before_the_budget_allows_a_second_probe_is_probed_once(tmp_path: Path) -> None:
+    """A probe that cost 1 s may come again 50 s later (2 % of the time); the fake's trials
+    take no time, so the experiment ends long before: the end's probe is not due either."""
+    store = Store(tmp_path / "r.db")
+    executor = FakeExecutor(lambda trial: {"wall_s": 1.0}, sentinel=lambda n: {"cpu": 0.02}, probe_cost_s=1.0)
+    experiment = Experiment(parse_plan(PLAN, "t.toml"), store, executor)
+    experiment.prepare([])
+    experiment.run()
+    assert [p.after_trial for p in store.sentinels(1)] == [None] and executor.probes == 1
+
+
 def test_a_plan_can_turn_the_sentinel_off(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     executor = FakeExecutor(lambda trial: {"wall_s": 1.0}, sentinel=lambda n: {"cpu": 0.02})

@@ -22,9 +22,12 @@ class FakeExecutor(Executor):
     the registry defaults to 0. A value "status": "failed" with an "error" makes a failed
     run; "units" and "unit" give the work done."""
 
-    def __init__(self, script: Script, sentinel: SentinelScript | None = None) -> None:
+    def __init__(
+        self, script: Script, sentinel: SentinelScript | None = None, probe_cost_s: float = 0.0
+    ) -> None:
         self.script = script
         self.sentinel_script = sentinel
+        self.probe_cost_s = probe_cost_s  # what each probe says it cost (the budget reads it)
         self.trials: list[Trial] = []  # what ran, in order
         self.probes = 0
 
@@ -32,7 +35,7 @@ class FakeExecutor(Executor):
         if self.sentinel_script is None:
             return None
         self.probes += 1
-        return self.sentinel_script(self.probes - 1), 0.0
+        return self.sentinel_script(self.probes - 1), self.probe_cost_s
 
     def host(self) -> dict[str, Any]:
         return {"hostname": "fake", "cpus": 1, "kernel": "scripted", "disks": [], "scratch_fs": {}}

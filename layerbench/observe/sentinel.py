@@ -1,6 +1,7 @@
 """The drift sentinel: a short fixed probe of the host, run before the first trial, between
 trials as often as its budget allows (2 % of the experiment's time: about every 5 s here)
-and after the last, outside the timed runs, and stored with the experiment.
+and after the last when the budget allows that too, outside the timed runs, and stored with
+the experiment.
 
 Absolute times on a shared or virtual host drift: a hypervisor that takes free pages back
 makes touching fresh memory several times dearer, a neighbour loads the CPU, the scratch
