@@ -41,9 +41,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from layerbench.scratch.policy import MARKER
+
 REPO = Path(__file__).resolve().parent.parent
 # The neighbour's bound: no module of the suite takes this long alone.
 NEIGHBOUR_LIMIT_S = 1800
+STOP_GRACE_S = 120  # how long a stopped pytest may take to tear its test down
 
 
 @dataclass
@@ -129,7 +132,7 @@ def run_module(
     env = {**os.environ, "LAYERBENCH_TEST_ROOT": str(root)}
     started = time.monotonic()
     try:
-        done = subprocess.run(
+        done = _pytest(
             [
                 sys.executable,
                 "-m",
@@ -142,11 +145,8 @@ def run_module(
                 "junit_family=xunit1",  # each case names its file: a class's tests are told apart
                 str(module.relative_to(REPO)),
             ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+            env,
+            timeout,
         )
         took = time.monotonic() - started
         if not report.exists():
@@ -157,8 +157,77 @@ def run_module(
         took = time.monotonic() - started
         return [(str(module.relative_to(REPO)), "failed", took, f"timed out after {timeout:g} s")], took
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        _release(root)
         report.unlink(missing_ok=True)
+
+
+def _release(root: Path) -> None:
+    """Remove the module's test root. A module stopped or timed out mid-test may leave a run's
+    mounts, loop devices or processes under it: each scratch root there is recovered with
+    `layerbench clean` first (its journal says what it holds; deleting the files first would
+    lose that), and a root that still holds a mount is left, with a line that says so."""
+    for scratch in _scratch_roots(root):
+        subprocess.run(
+            [sys.executable, "-m", "layerbench", "clean", "--scratch", str(scratch)],
+            cwd=REPO,
+            capture_output=True,
+            check=False,
+        )
+    mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    if any(point == str(root) or point.startswith(f"{root}/") for point in mounted):
+        print(f"flake_hunt: {root} still holds mounts after layerbench clean; left for you", file=sys.stderr)
+        return
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _scratch_roots(root: Path) -> list[Path]:
+    """Directories under root that a layerbench run made its scratch root (they hold its
+    marker), without descending into mount points."""
+    found = []
+    for directory, subdirectories, files in os.walk(root):
+        if MARKER in files:
+            found.append(Path(directory))
+        subdirectories[:] = [d for d in subdirectories if not os.path.ismount(os.path.join(directory, d))]
+    return found
+
+
+def _pytest(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run one pytest process. Stopped (Ctrl-C, or SIGTERM, which main() turns into the same),
+    it gets a SIGINT of its own, so that its fixtures tear down what the test under way built
+    (subprocess.run would SIGKILL it and leave that behind)."""
+    child = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+        # A hunt started in the background (`&`) has SIGINT ignored, and its children would
+        # inherit that: pytest must hear the SIGINT that stops it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(child)
+        raise
+    except KeyboardInterrupt:
+        _stop(child)
+        raise
+    return subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    """SIGINT to pytest alone (its fixtures stop the runs under it), then the group if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signal.SIGINT)
+    try:
+        child.communicate(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
 
 
 def _read_junit(report: Path) -> list[tuple[str, str, float, str]]:
@@ -339,6 +408,8 @@ def main() -> int:
     )
     parser.add_argument("--ledger", type=Path, help="append each module's run here; count all it holds")
     args = parser.parse_args()
+    # A SIGTERM stops the hunt as Ctrl-C does: the module's pytest and the neighbour go first.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if os.geteuid() != 0:
         print("flake_hunt: the suite's end-to-end tests need root", file=sys.stderr)
         return 2
@@ -373,4 +444,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("flake_hunt: stopped; the ledger keeps the modules that ended", file=sys.stderr)
+        raise SystemExit(130) from None

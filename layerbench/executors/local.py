@@ -391,7 +391,7 @@ class LocalExecutor(Executor):
 
     def _settle(self, setting: Setting, devices: list[str]) -> settle.Settled:
         """Quiet devices under the scratch root and the stack before the timed run. Devices
-        that stayed busy through the whole wait of the last few trials are busy with work
+        that stayed busy through the whole of the last trial's wait are busy with work
         that is not ours (another program writing): a full wait buys nothing there, so the
         next waits are cut short until one finds the devices quiet again (the run says so)."""
         timeout, cut = setting.plan.settle_timeout, self._unsettled_in_a_row >= settle.GIVE_UP_AFTER

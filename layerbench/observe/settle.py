@@ -55,8 +55,12 @@ declare(
 _SECTOR = 512
 POLL_S = 0.02
 # After this many waits in a row that timed out, the next waits last at most CUT_TIMEOUT_S
-# (executors/local.py): the devices are busy with someone else's work.
-GIVE_UP_AFTER = 3
+# (executors/local.py): the devices are busy with someone else's work. One is enough: the wait
+# begins with a sync, so devices still busy a whole timeout later are working for another
+# program. Beside the flake hunt's disk-writing neighbour, in each of the 20 processes of the
+# recovery tests that waited three times, the second and third full waits timed out as well:
+# 20 s of each process that bought nothing.
+GIVE_UP_AFTER = 1
 CUT_TIMEOUT_S = 1.0
 
 

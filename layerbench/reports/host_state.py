@@ -64,8 +64,8 @@ def settle_line(runs: list[RunRecord]) -> str | None:
     line += f"; {timed_out} trial(s) timed out waiting for quiet devices" if timed_out else ""
     if cut:
         line += (
-            f"; {cut} of them waited at most {settle.CUT_TIMEOUT_S:.0f} s, after {settle.GIVE_UP_AFTER} "
-            "waits in a row had found the devices busy throughout (work that is not the trials')"
+            f"; {cut} of them waited at most {settle.CUT_TIMEOUT_S:.0f} s, after a wait that had found "
+            "the devices busy throughout (work that is not the trials')"
         )
     return line
 
