@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from layerbench.linux import mounts
 from layerbench.scratch.policy import MARKER
 
 REPO = Path(__file__).resolve().parent.parent
@@ -173,8 +174,7 @@ def _release(root: Path) -> None:
             capture_output=True,
             check=False,
         )
-    mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    if any(point == str(root) or point.startswith(f"{root}/") for point in mounted):
+    if mounts.mounts_under(root):
         print(f"flake_hunt: {root} still holds mounts after layerbench clean; left for you", file=sys.stderr)
         return
     shutil.rmtree(root, ignore_errors=True)
@@ -209,10 +209,7 @@ def _pytest(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.
     )
     try:
         stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(child)
-        raise
-    except KeyboardInterrupt:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
         _stop(child)
         raise
     return subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
