@@ -227,6 +227,7 @@ def test_trace_block_records_a_latency_histogram_per_device(needs_root: None, tm
     cli("run", str(plan), "--db", str(db), "--scratch", str(scratch), "--quiet", check=True)
     document = json.loads(_report(db, "json"))
     for run in document["runs"]:
+        assert "trace_block" in run["facts"], run["facts"].get("trace_block_missing")
         histograms = run["facts"]["trace_block"]
         for device in run["facts"]["kernel"]["devices_top_first"]:
             buckets = histograms[device]
