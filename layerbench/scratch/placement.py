@@ -33,6 +33,7 @@ directory 26.6 % -> 13.6 % and on the bind mount 22.1 % -> 11.7 %; the extracts'
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,10 @@ RECENT_S = 365.0  # ext4's RECENTCY_MIN + RECENTCY_DIRTY (60 + 300 s) and a marg
 # image of 32 groups without flex_bg) keeps away from the group alone.
 FLEX = 16
 FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
+# How many blocks past its first a new trial is kept clear of: as many as any trial of this
+# run spread past its own first, at most REACH_MAX (a trial whose groups wrapped around the
+# end of the file system would otherwise make every try look taken).
+REACH_MAX = 4
 ATTEMPTS = 8
 SWITCH = "LAYERBENCH_INODE_PLACEMENT"  # "off": trials go where Orlov puts them (to measure it)
 # The blocks trials ended in, with when each may be used again (epoch seconds), kept in the
@@ -83,6 +88,7 @@ class InodeGroups:
         self.span = max(1, min(FLEX, int(found[0] * FLEX_SHARE))) if found else 1
         self.state = root / STATE
         self._avoid_until: dict[int, float] = self._load() if found else {}
+        self.reach = 0  # blocks past a try's own that must be clear too (see REACH_MAX)
 
     def _load(self) -> dict[int, float]:
         """The blocks still to avoid; an unreadable file counts as none (it only helps)."""
@@ -110,25 +116,45 @@ class InodeGroups:
             probe.unlink()
         return (inode - 1) // self.per_group
 
+    def groups_in(self, directory: Path) -> set[int]:
+        """The inode groups of every entry under directory (its walk reads the inode numbers
+        from the directories alone, no stat): where a trial's files went, which its probe
+        saw only the start of."""
+        if self.per_group is None:
+            return set()
+        found: set[int] = set()
+        pending = [os.fspath(directory)]
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    found.add((entry.inode() - 1) // self.per_group)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        return found
+
     def recent(self, group: int | None) -> bool:
         return self.freed_ago(group) is not None
 
     def freed_ago(self, group: int | None) -> float | None:
-        """Seconds since the latest trial ended in group's block, if that was less than
-        RECENT_S ago (None: no such trial)."""
+        """Seconds since the latest trial ended in group's block or in the `reach` blocks
+        after it (where a trial starting in group spreads to), if that was less than RECENT_S
+        ago (None: no such trial)."""
         if group is None:
             return None
-        until = self._avoid_until.get(group // self.span, 0.0)
+        first = group // self.span
+        until = max(self._avoid_until.get(block, 0.0) for block in range(first, first + self.reach + 1))
         now = time.time()
         return now - (until - RECENT_S) if until > now else None
 
-    def ended(self, group: int | None) -> None:
-        """A trial whose files started in group was torn down now."""
-        if group is None:
+    def ended(self, groups: Iterable[int | None]) -> None:
+        """A trial whose files lay in these groups was torn down now."""
+        blocks = {group // self.span for group in groups if group is not None}
+        if not blocks:
             return
         now = time.time()
         self._avoid_until = {b: t for b, t in self._avoid_until.items() if t > now}
-        self._avoid_until[group // self.span] = now + RECENT_S
+        self._avoid_until.update(dict.fromkeys(blocks, now + RECENT_S))
+        self.reach = max(self.reach, min(REACH_MAX, max(blocks) - min(blocks)))
         written = self.state.with_suffix(".tmp")
         try:  # only a help to the next run: a full disk must not fail this trial's teardown
             written.write_text(json.dumps(self._avoid_until))

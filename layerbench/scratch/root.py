@@ -117,8 +117,8 @@ class Scratch:
             # ExitStack.enter_context), or between a helper's start and its pid reaching us:
             # what still runs in here or is mounted in here is ours, so it goes too, daemons
             # first (a live one could mount after the unmount).
-            self._tear_down(path)
-            self.inode_groups.ended(group)
+            freed = self._tear_down(path, count_groups=group is not None)
+            self.inode_groups.ended({group, *freed})
 
     def _placed_dir(self, *parts: str) -> tuple[Path, int | None]:
         """A trial's directory whose files do not start among inodes a recent trial freed
@@ -149,17 +149,21 @@ class Scratch:
         self.placed = placement.Placed(kept.group, len(tried), kept.freed_s_ago)
         return final, kept.group
 
-    def _tear_down(self, path: Path) -> None:
-        """Stop, unmount and delete what is under a directory, then close its journal entry.
+    def _tear_down(self, path: Path, *, count_groups: bool = False) -> set[int]:
+        """Stop, unmount and delete what is under a directory, then close its journal entry;
+        with count_groups, returns the inode groups of what was deleted (placement.py).
         The first Ctrl-C raises KeyboardInterrupt wherever the main thread is, also half-way
         through deleting a tree: the teardown then starts again (it is idempotent) and the
         interrupt is raised once it is done, so a stopped run leaves nothing behind. A second
         Ctrl-C only hurries (lazy unmounts, SIGKILL) and raises nothing, so this ends."""
         interrupted: KeyboardInterrupt | None = None
+        freed: set[int] = set()
         while True:
             try:
                 resources.stop_processes_under(path)
                 resources.unmount_all_under(path, hurry=self.hurry)
+                if count_groups and path.is_dir():
+                    freed |= self.inode_groups.groups_in(path)
                 resources.remove_path(str(path), self.root)
                 break
             except KeyboardInterrupt as exc:
@@ -169,6 +173,7 @@ class Scratch:
         self.journal.done(self._dir_idents.pop(str(path)))
         if interrupted is not None:
             raise interrupted
+        return freed
 
     def _trials_parent(self, parent: Path) -> None:
         """Each trial's directory goes into an inode group of its own (ext4's Orlov
