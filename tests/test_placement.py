@@ -7,6 +7,7 @@ import pytest
 
 from layerbench.scratch import placement
 from layerbench.scratch.placement import InodeGroups, Placed
+from layerbench.scratch.resources import remove_tree
 
 
 def _groups(monkeypatch: pytest.MonkeyPatch, clock: list[float], root: Path, span: int = 16) -> InodeGroups:
@@ -84,7 +85,7 @@ def test_a_trial_is_kept_clear_of_every_block_its_files_took_and_a_next_one_of_t
     assert groups.reach == placement.REACH_MAX
 
 
-def test_the_groups_of_a_tree_are_those_of_its_entries_inode_numbers(
+def test_a_removed_trees_groups_are_those_of_its_entries_inode_numbers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     groups = _groups(monkeypatch, [1000.0], tmp_path, span=1)
@@ -93,6 +94,7 @@ def test_the_groups_of_a_tree_are_those_of_its_entries_inode_numbers(
     for path in (tree / "f", tree / "a" / "g", tree / "a" / "b" / "h"):
         path.write_text("x")
     entries = [tree / "f", tree / "a", tree / "a" / "g", tree / "a" / "b", tree / "a" / "b" / "h"]
-    assert groups.groups_in(tree) == {(p.stat().st_ino - 1) // 8192 for p in entries}
+    expected = {(p.stat().st_ino - 1) // 8192 for p in entries}
+    assert groups.groups_of(remove_tree(tree)) == expected and not tree.exists()
     monkeypatch.setattr(placement, "_no_journal_ext4", lambda root: None)
-    assert InodeGroups(tmp_path).groups_in(tree) == set()  # nothing placed: nothing counted
+    assert InodeGroups(tmp_path).groups_of({1, 9000}) == set()  # nothing placed: nothing counted

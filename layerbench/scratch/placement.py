@@ -116,21 +116,12 @@ class InodeGroups:
             probe.unlink()
         return (inode - 1) // self.per_group
 
-    def groups_in(self, directory: Path) -> set[int]:
-        """The inode groups of every entry under directory (its walk reads the inode numbers
-        from the directories alone, no stat): where a trial's files went, which its probe
-        saw only the start of."""
+    def groups_of(self, inodes: Iterable[int]) -> set[int]:
+        """The inode groups these inode numbers lie in: where a trial's files went, which
+        its probe saw only the start of (none when nothing is placed here)."""
         if self.per_group is None:
             return set()
-        found: set[int] = set()
-        pending = [os.fspath(directory)]
-        while pending:
-            with os.scandir(pending.pop()) as entries:
-                for entry in entries:
-                    found.add((entry.inode() - 1) // self.per_group)
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-        return found
+        return {(inode - 1) // self.per_group for inode in inodes}
 
     def recent(self, group: int | None) -> bool:
         return self.freed_ago(group) is not None

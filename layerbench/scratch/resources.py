@@ -125,19 +125,20 @@ def stop_processes_under(path: Path) -> tuple[list[str], list[str]]:
     return said, stuck
 
 
-def remove_path(target: str, root: Path) -> bool:
+def remove_path(target: str, root: Path) -> set[int] | None:
+    """Delete a file or tree of ours; the inode numbers it freed, or None if nothing was there."""
     path = Path(target)
     if not inside(path, root):
         raise UserError(f"journal names {target}, which is outside the scratch root {root}")
     if not path.exists() and not path.is_symlink():
-        return False
+        return None
     if mounts.mounts_under(path):
         raise SetupError(f"{path} still has mounts under it; not deleting")
     if path.is_dir() and not path.is_symlink():
-        remove_tree(path)
-    else:
-        path.unlink()
-    return True
+        return remove_tree(path)
+    inode = path.lstat().st_ino
+    path.unlink()
+    return {inode}
 
 
 # Unlinks in flight at once. On an ext4 without a journal mounted with `discard` (this
@@ -148,10 +149,13 @@ def remove_path(target: str, root: Path) -> bool:
 _UNLINKS_AT_ONCE = 16
 
 
-def remove_tree(top: Path) -> None:
+def remove_tree(top: Path) -> set[int]:
     """shutil.rmtree's result (symbolic links removed, never followed), its unlinks side by
-    side, then its directories (an rmdir frees a block too), deepest first."""
+    side, then its directories (an rmdir frees a block too), deepest first. Returns the inode
+    numbers of what it removed below top, read from the directories as they are walked (no
+    stat): where the inodes were freed (scratch/placement.py)."""
     files: list[str] = []
+    inodes: set[int] = set()
     levels: list[list[str]] = []  # the directories at each depth below top
     pending = [(0, os.fspath(top))]
     while pending:
@@ -161,6 +165,7 @@ def remove_tree(top: Path) -> None:
         levels[depth].append(directory)
         with os.scandir(directory) as entries:
             for entry in entries:
+                inodes.add(entry.inode())
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((depth + 1, entry.path))
                 else:
@@ -169,6 +174,7 @@ def remove_tree(top: Path) -> None:
         _each(pool, _unlink, files)
         for level in reversed(levels):
             _each(pool, os.rmdir, level)
+    return inodes
 
 
 def _each(
@@ -393,7 +399,7 @@ class PathKind(ResourceKind):
     name, phase = "path", 50
 
     def recover(self, resource: Resource, recovery: Recovery) -> None:
-        if remove_path(resource.target, recovery.root):
+        if remove_path(resource.target, recovery.root) is not None:
             recovery.removed.append(f"deleted {resource.target}")
 
 

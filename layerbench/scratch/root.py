@@ -117,7 +117,7 @@ class Scratch:
             # ExitStack.enter_context), or between a helper's start and its pid reaching us:
             # what still runs in here or is mounted in here is ours, so it goes too, daemons
             # first (a live one could mount after the unmount).
-            freed = self._tear_down(path, count_groups=group is not None)
+            freed = self.inode_groups.groups_of(self._tear_down(path))
             self.inode_groups.ended({group, *freed})
 
     def _placed_dir(self, *parts: str) -> tuple[Path, int | None]:
@@ -149,9 +149,9 @@ class Scratch:
         self.placed = placement.Placed(kept.group, len(tried), kept.freed_s_ago)
         return final, kept.group
 
-    def _tear_down(self, path: Path, *, count_groups: bool = False) -> set[int]:
+    def _tear_down(self, path: Path) -> set[int]:
         """Stop, unmount and delete what is under a directory, then close its journal entry;
-        with count_groups, returns the inode groups of what was deleted (placement.py).
+        returns the inode numbers it freed (placement.py).
         The first Ctrl-C raises KeyboardInterrupt wherever the main thread is, also half-way
         through deleting a tree: the teardown then starts again (it is idempotent) and the
         interrupt is raised once it is done, so a stopped run leaves nothing behind. A second
@@ -162,9 +162,7 @@ class Scratch:
             try:
                 resources.stop_processes_under(path)
                 resources.unmount_all_under(path, hurry=self.hurry)
-                if count_groups and path.is_dir():
-                    freed |= self.inode_groups.groups_in(path)
-                resources.remove_path(str(path), self.root)
+                freed |= resources.remove_path(str(path), self.root) or set()
                 break
             except KeyboardInterrupt as exc:
                 if interrupted is not None:
