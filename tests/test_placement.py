@@ -17,14 +17,19 @@ def _groups(monkeypatch: pytest.MonkeyPatch, clock: list[float], root: Path, spa
     return InodeGroups(root)
 
 
+def _freed(*groups: int, count: int = placement.MATERIAL) -> list[int]:
+    """Inode numbers a trial freed: count of them in each of these groups (8,192 a group)."""
+    return [group * 8192 + 1 + index for group in groups for index in range(count)]
+
+
 def test_freed_ago_is_the_latest_end_in_the_same_flex_group(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     clock = [1000.0]
     groups = _groups(monkeypatch, clock, tmp_path)
-    groups.ended([17])  # flex group 16-31
+    groups.ended(_freed(17))  # flex group 16-31
     clock[0] = 1100.0
-    groups.ended([30])
+    groups.ended(_freed(30))
     clock[0] = 1130.0
     assert groups.freed_ago(16) == 30.0 and groups.freed_ago(31) == 30.0
     assert groups.freed_ago(15) is None and groups.freed_ago(32) is None and groups.freed_ago(None) is None
@@ -37,7 +42,7 @@ def test_the_next_run_on_the_scratch_root_keeps_away_from_this_ones_groups(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     clock = [1000.0]
-    _groups(monkeypatch, clock, tmp_path).ended([40])
+    _groups(monkeypatch, clock, tmp_path).ended(_freed(40))
     clock[0] = 1050.0
     later = _groups(monkeypatch, clock, tmp_path)
     assert later.freed_ago(47) == 50.0
@@ -63,7 +68,7 @@ def test_a_state_that_cannot_be_written_fails_no_teardown(
 ) -> None:
     (tmp_path / placement.STATE).mkdir()  # in its way: replacing it fails
     groups = _groups(monkeypatch, [1000.0], tmp_path)
-    groups.ended([3])
+    groups.ended(_freed(3))
     assert groups.recent(3)  # still known to this run
     assert sorted(p.name for p in tmp_path.iterdir()) == [placement.STATE]  # no .tmp left
 
@@ -76,25 +81,32 @@ def test_a_trial_is_kept_clear_of_every_block_its_files_took_and_a_next_one_of_t
     own as a trial of this run spread, at most REACH_MAX (one that wrapped round the end)."""
     clock = [1000.0]
     groups = _groups(monkeypatch, clock, tmp_path)
-    groups.ended([None, 33, 50])  # blocks 2 and 3
+    groups.ended(_freed(33, 50) + _freed(70, count=placement.MATERIAL - 1))  # blocks 2 and 3, 4 hardly
     assert groups.reach == 1
     clock[0] = 1010.0
     assert groups.freed_ago(16) == 10.0  # block 1: clear itself, but the next one is taken
     assert groups.freed_ago(50) == 10.0 and groups.freed_ago(0) is None and groups.freed_ago(64) is None
-    groups.ended([0, 2040])  # wrapped round: blocks 0 and 127
+    assert groups.freed_ago(80) is None  # a few inodes freed there: not worth a block
+    groups.ended(_freed(0, 2040))  # wrapped round: blocks 0 and 127
     assert groups.reach == placement.REACH_MAX
 
 
-def test_a_removed_trees_groups_are_those_of_its_entries_inode_numbers(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    groups = _groups(monkeypatch, [1000.0], tmp_path, span=1)
+def test_a_removed_trees_inode_numbers_are_its_entries(tmp_path: Path) -> None:
+    """What the teardown hands to InodeGroups.ended: every entry's inode, read from the
+    directories as the tree is removed."""
     tree = tmp_path / "tree"
     (tree / "a" / "b").mkdir(parents=True)
     for path in (tree / "f", tree / "a" / "g", tree / "a" / "b" / "h"):
         path.write_text("x")
     entries = [tree / "f", tree / "a", tree / "a" / "g", tree / "a" / "b", tree / "a" / "b" / "h"]
-    expected = {(p.stat().st_ino - 1) // 8192 for p in entries}
-    assert groups.groups_of(remove_tree(tree)) == expected and not tree.exists()
+    expected = {p.stat().st_ino for p in entries}
+    assert remove_tree(tree) == expected and not tree.exists()
+
+
+def test_nothing_is_kept_clear_where_nothing_is_placed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(placement, "_no_journal_ext4", lambda root: None)
-    assert InodeGroups(tmp_path).groups_of({1, 9000}) == set()  # nothing placed: nothing counted
+    groups = InodeGroups(tmp_path)
+    groups.ended(_freed(3))
+    assert groups.freed_ago(3) is None and not (tmp_path / placement.STATE).exists()

@@ -6,7 +6,7 @@ import pytest
 
 from layerbench.core.errors import SetupError, UserError
 from layerbench.linux import mounts
-from layerbench.scratch import MARKER, Journal, Scratch, check_root
+from layerbench.scratch import MARKER, Journal, Scratch, check_root, placement
 
 
 @pytest.mark.parametrize("bad", ["/", "/proc/x", "/sys", "/dev/shm/lb", "/etc/layerbench"])
@@ -225,8 +225,9 @@ def test_a_trial_s_files_keep_away_from_the_inodes_recent_trials_freed(
             groups = []
             for index in range(8):
                 with scratch.directory("trials", f"t{index}") as workdir:
-                    (workdir / "f").touch()
-                    groups.append(((workdir / "f").stat().st_ino - 1) // 2048)
+                    for number in range(placement.MATERIAL):  # enough freed to keep clear
+                        (workdir / f"f{number}").touch()
+                    groups.append(((workdir / "f0").stat().st_ino - 1) // 2048)
                     assert [p.name for p in workdir.parent.iterdir()] == [f"t{index}"]
             assert len(set(groups)) == len(groups), groups  # never where a trial just ended
             journal = (target / "root" / "journal.jsonl").read_text()

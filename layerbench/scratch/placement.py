@@ -30,6 +30,7 @@ for the first): metadata runs in the slow mode 5 of 26 -> 0 of 26, their CV on t
 directory 26.6 % -> 13.6 % and on the bind mount 22.1 % -> 11.7 %; the extracts' slow runs
 (3 and 4 of 26) come from elsewhere and stayed."""
 
+import collections
 import json
 import os
 import time
@@ -53,7 +54,15 @@ FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
 # run spread past its own first, at most REACH_MAX (a trial whose groups wrapped around the
 # end of the file system would otherwise make every try look taken).
 REACH_MAX = 4
-ATTEMPTS = 8
+# A block is kept clear only where a trial freed at least this many inodes. Every allocation
+# in a group checks again each recently freed inode before the free one it takes, so a few
+# cost a run little (3 freed inodes met by 100,000 allocations: some 300,000 buffer lookups),
+# while keeping a whole block clear for every trial that freed a handful (a stream-write's
+# two files, an image's one) used up the file system's blocks: in a default experiment of
+# 2026-12-07 (AMD EPYC host) 99 of its 128 blocks were to be avoided at its end, and from
+# its fifth round on all 8 tries of nearly every extract trial were taken.
+MATERIAL = 64
+ATTEMPTS = 16
 SWITCH = "LAYERBENCH_INODE_PLACEMENT"  # "off": trials go where Orlov puts them (to measure it)
 # The blocks trials ended in, with when each may be used again (epoch seconds), kept in the
 # scratch root for the next run: the experiment after this one meets this one's freed inodes.
@@ -116,13 +125,6 @@ class InodeGroups:
             probe.unlink()
         return (inode - 1) // self.per_group
 
-    def groups_of(self, inodes: Iterable[int]) -> set[int]:
-        """The inode groups these inode numbers lie in: where a trial's files went, which
-        its probe saw only the start of (none when nothing is placed here)."""
-        if self.per_group is None:
-            return set()
-        return {(inode - 1) // self.per_group for inode in inodes}
-
     def recent(self, group: int | None) -> bool:
         return self.freed_ago(group) is not None
 
@@ -137,9 +139,13 @@ class InodeGroups:
         now = time.time()
         return now - (until - RECENT_S) if until > now else None
 
-    def ended(self, groups: Iterable[int | None]) -> None:
-        """A trial whose files lay in these groups was torn down now."""
-        blocks = {group // self.span for group in groups if group is not None}
+    def ended(self, freed: Iterable[int]) -> None:
+        """A trial was torn down now, freeing these inode numbers: the blocks where it freed
+        MATERIAL or more are kept clear."""
+        if self.per_group is None:
+            return
+        per_block = collections.Counter((inode - 1) // self.per_group // self.span for inode in freed)
+        blocks = {block for block, count in per_block.items() if count >= MATERIAL}
         if not blocks:
             return
         now = time.time()

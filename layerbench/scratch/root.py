@@ -102,10 +102,9 @@ class Scratch:
 
     @contextlib.contextmanager
     def directory(self, *parts: str, trial: bool = True) -> Iterator[Path]:
-        group = None
         if trial:
             self._trials_parent(self.root.joinpath(*parts[:-1]))
-            path, group = self._placed_dir(*parts)
+            path = self._placed_dir(*parts)
         else:
             path = self.new_dir(*parts)
         try:
@@ -117,10 +116,9 @@ class Scratch:
             # ExitStack.enter_context), or between a helper's start and its pid reaching us:
             # what still runs in here or is mounted in here is ours, so it goes too, daemons
             # first (a live one could mount after the unmount).
-            freed = self.inode_groups.groups_of(self._tear_down(path))
-            self.inode_groups.ended({group, *freed})
+            self.inode_groups.ended(self._tear_down(path))
 
-    def _placed_dir(self, *parts: str) -> tuple[Path, int | None]:
+    def _placed_dir(self, *parts: str) -> Path:
         """A trial's directory whose files do not start among inodes a recent trial freed
         (placement.py); where every try did, the one whose nearest freeing is oldest. Orlov
         starts its search from a hash of the new directory's name, so each try has a name of
@@ -128,7 +126,7 @@ class Scratch:
         final = self.new_dir(*parts)
         self.placed = None
         if not self.inode_groups.active:
-            return final, None
+            return final
         tried: dict[Path, placement.Placed] = {}
         for attempt in range(placement.ATTEMPTS):
             # A name of its own per try and per run: the same names (experiment 1's trial 5 in
@@ -147,7 +145,7 @@ class Scratch:
                 candidate.rmdir()
             self.journal.done(self._dir_idents.pop(str(candidate)))
         self.placed = placement.Placed(kept.group, len(tried), kept.freed_s_ago)
-        return final, kept.group
+        return final
 
     def _tear_down(self, path: Path) -> set[int]:
         """Stop, unmount and delete what is under a directory, then close its journal entry;
