@@ -1,6 +1,7 @@
 """scratch/placement.py: how long ago a trial ended in a group's flex group, which try is
 kept, and what the next run on the scratch root learns of this one."""
 
+import collections
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,9 @@ def _groups(monkeypatch: pytest.MonkeyPatch, clock: list[float], root: Path, spa
     return InodeGroups(root)
 
 
-def _freed(*groups: int, count: int = placement.MATERIAL) -> list[int]:
-    """Inode numbers a trial freed: count of them in each of these groups (8,192 a group)."""
-    return [group * 8192 + 1 + index for group in groups for index in range(count)]
+def _freed(*groups: int, count: int = placement.MATERIAL) -> collections.Counter[int]:
+    """What a trial freed: count inodes in each of these groups (8,192 a group)."""
+    return collections.Counter({group * 8192 + 1 + index: 1 for group in groups for index in range(count)})
 
 
 def test_freed_ago_is_the_latest_end_in_the_same_flex_group(
@@ -93,14 +94,26 @@ def test_a_trial_is_kept_clear_of_every_block_its_files_took_and_a_next_one_of_t
 
 def test_a_removed_trees_inode_numbers_are_its_entries(tmp_path: Path) -> None:
     """What the teardown hands to InodeGroups.ended: every entry's inode, read from the
-    directories as the tree is removed."""
+    directories as the tree is removed, and a directory that once held many entries (deleted
+    by the run, as metadata's are) standing for them."""
     tree = tmp_path / "tree"
     (tree / "a" / "b").mkdir(parents=True)
     for path in (tree / "f", tree / "a" / "g", tree / "a" / "b" / "h"):
         path.write_text("x")
+    emptied = tree / "emptied"
+    emptied.mkdir()
+    for index in range(400):  # names long enough to take more than one block of entries
+        (emptied / f"{index:04d}-{'x' * 40}").touch()
+    for child in emptied.iterdir():
+        child.unlink()
+    emptied_inode, blocks = emptied.stat().st_ino, emptied.stat().st_size // 4096
     entries = [tree / "f", tree / "a", tree / "a" / "g", tree / "a" / "b", tree / "a" / "b" / "h"]
-    expected = {p.stat().st_ino for p in entries}
-    assert remove_tree(tree) == expected and not tree.exists()
+    expected = collections.Counter({p.stat().st_ino: 1 for p in entries})
+    expected[emptied_inode] = 1 + (blocks * 128 if blocks > 1 else 0)
+    freed = remove_tree(tree)
+    assert freed == expected and not tree.exists()
+    if blocks > 1:  # ext4 and xfs keep a directory's size; tmpfs has no blocks to keep
+        assert freed[emptied_inode] >= placement.MATERIAL
 
 
 def test_nothing_is_kept_clear_where_nothing_is_placed(

@@ -34,7 +34,7 @@ import collections
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,12 +139,15 @@ class InodeGroups:
         now = time.time()
         return now - (until - RECENT_S) if until > now else None
 
-    def ended(self, freed: Iterable[int]) -> None:
-        """A trial was torn down now, freeing these inode numbers: the blocks where it freed
-        MATERIAL or more are kept clear."""
+    def ended(self, freed: Mapping[int, int]) -> None:
+        """A trial was torn down now, having freed inodes where these inode numbers lie (each
+        standing for as many as its count): the blocks where it freed MATERIAL or more are
+        kept clear."""
         if self.per_group is None:
             return
-        per_block = collections.Counter((inode - 1) // self.per_group // self.span for inode in freed)
+        per_block: collections.Counter[int] = collections.Counter()
+        for inode, count in freed.items():
+            per_block[(inode - 1) // self.per_group // self.span] += count
         blocks = {block for block, count in per_block.items() if count >= MATERIAL}
         if not blocks:
             return

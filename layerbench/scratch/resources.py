@@ -9,6 +9,7 @@ Teardown order (phase): processes first (a live daemon keeps a mount busy and a 
 run's namespace alive; a dying child may still finish a mount), then mounts, deepest
 first, then control groups, device-mapper mappings, md arrays, loop devices and, last, paths."""
 
+import collections
 import concurrent.futures
 import contextlib
 import os
@@ -125,8 +126,8 @@ def stop_processes_under(path: Path) -> tuple[list[str], list[str]]:
     return said, stuck
 
 
-def remove_path(target: str, root: Path) -> set[int] | None:
-    """Delete a file or tree of ours; the inode numbers it freed, or None if nothing was there."""
+def remove_path(target: str, root: Path) -> collections.Counter[int] | None:
+    """Delete a file or tree of ours; what it freed (remove_tree), or None if nothing was there."""
     path = Path(target)
     if not inside(path, root):
         raise UserError(f"journal names {target}, which is outside the scratch root {root}")
@@ -138,7 +139,7 @@ def remove_path(target: str, root: Path) -> set[int] | None:
         return remove_tree(path)
     inode = path.lstat().st_ino
     path.unlink()
-    return {inode}
+    return collections.Counter({inode: 1})
 
 
 # Unlinks in flight at once. On an ext4 without a journal mounted with `discard` (this
@@ -149,13 +150,20 @@ def remove_path(target: str, root: Path) -> set[int] | None:
 _UNLINKS_AT_ONCE = 16
 
 
-def remove_tree(top: Path) -> set[int]:
+# A directory's blocks outlive the entries deleted from it, and about this many entries of
+# short names fill one of 4 KiB: a directory of more blocks than one held at least as many.
+_ENTRIES_A_BLOCK = 128
+
+
+def remove_tree(top: Path) -> collections.Counter[int]:
     """shutil.rmtree's result (symbolic links removed, never followed), its unlinks side by
-    side, then its directories (an rmdir frees a block too), deepest first. Returns the inode
-    numbers of what it removed below top, read from the directories as they are walked (no
-    stat): where the inodes were freed (scratch/placement.py)."""
+    side, then its directories (an rmdir frees a block too), deepest first. Returns where
+    inodes were freed (scratch/placement.py): the inode number of each entry below top, read
+    from the directories as they are walked, with how many inodes it stands for: 1 for a file,
+    and for a directory also the entries its size says it once held (a workload that deleted
+    its own files, such as metadata, freed them there during its run)."""
     files: list[str] = []
-    inodes: set[int] = set()
+    inodes: collections.Counter[int] = collections.Counter()
     levels: list[list[str]] = []  # the directories at each depth below top
     pending = [(0, os.fspath(top))]
     while pending:
@@ -165,8 +173,11 @@ def remove_tree(top: Path) -> set[int]:
         levels[depth].append(directory)
         with os.scandir(directory) as entries:
             for entry in entries:
-                inodes.add(entry.inode())
+                inodes[entry.inode()] += 1
                 if entry.is_dir(follow_symlinks=False):
+                    blocks = entry.stat(follow_symlinks=False).st_size // 4096
+                    if blocks > 1:
+                        inodes[entry.inode()] += blocks * _ENTRIES_A_BLOCK
                     pending.append((depth + 1, entry.path))
                 else:
                     files.append(entry.path)

@@ -1,6 +1,7 @@
 """An opened scratch root: its lock (one run at a time), its journal, and the context
 managers through which every resource of a run is made (journaled before it exists)."""
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -147,20 +148,20 @@ class Scratch:
         self.placed = placement.Placed(kept.group, len(tried), kept.freed_s_ago)
         return final
 
-    def _tear_down(self, path: Path) -> set[int]:
+    def _tear_down(self, path: Path) -> collections.Counter[int]:
         """Stop, unmount and delete what is under a directory, then close its journal entry;
-        returns the inode numbers it freed (placement.py).
+        returns where it freed inodes (resources.remove_tree, placement.py).
         The first Ctrl-C raises KeyboardInterrupt wherever the main thread is, also half-way
         through deleting a tree: the teardown then starts again (it is idempotent) and the
         interrupt is raised once it is done, so a stopped run leaves nothing behind. A second
         Ctrl-C only hurries (lazy unmounts, SIGKILL) and raises nothing, so this ends."""
         interrupted: KeyboardInterrupt | None = None
-        freed: set[int] = set()
+        freed: collections.Counter[int] = collections.Counter()
         while True:
             try:
                 resources.stop_processes_under(path)
                 resources.unmount_all_under(path, hurry=self.hurry)
-                freed |= resources.remove_path(str(path), self.root) or set()
+                freed.update(resources.remove_path(str(path), self.root) or {})
                 break
             except KeyboardInterrupt as exc:
                 if interrupted is not None:
