@@ -41,19 +41,22 @@ from pathlib import Path
 from layerbench.linux import mounts
 
 RECENT_S = 365.0  # ext4's RECENTCY_MIN + RECENTCY_DIRTY (60 + 300 s) and a margin
-# A trial's files start in its directory's flex group, which the probe sees: 20,000 files in
-# 20 directories once took groups 1873 to 1879 of the flex group 1872-1887 here, but another
-# time spread over 2 to 13 flex groups (each directory a step further; traced with
-# ext4:ext4_allocate_inode, docs/statistics.md), of which only the first is kept clear.
-# mke2fs makes flex groups of 16; the superblock that says so is not
-# readable here, so a block of FLEX groups stands for one, and a small file system (a test's
-# image of 32 groups without flex_bg) keeps away from the group alone.
+# A trial's files start in its directory's flex group, which the probe sees, and spread on
+# from there (traced with ext4:ext4_allocate_inode, docs/statistics.md: an extract's 11,000
+# entries took 5 groups of one or two flex groups; metadata's 100,000 files in 10
+# directories 14 groups of 2 or 3, ext4's Orlov allocator moving a new directory on to the
+# next flex group as one fills); every block where a trial freed inodes is kept clear. mke2fs makes flex
+# groups of 16; the superblock that says so is not readable here, so a block of FLEX groups
+# stands for one, and a small file system (a test's image of 32 groups without flex_bg)
+# keeps away from the group alone.
 FLEX = 16
 FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
 # How many blocks past its first a new trial is kept clear of: as many as any trial of this
 # run spread past its own first, at most REACH_MAX (a trial whose groups wrapped around the
-# end of the file system would otherwise make every try look taken).
-REACH_MAX = 4
+# end of the file system would otherwise make every try look taken, and each block more a
+# try must find clear leaves fewer tries clear: the file system's 128 blocks hold six
+# minutes of a default experiment's trials only just).
+REACH_MAX = 2
 # A block is kept clear only where a trial freed at least this many inodes. Every allocation
 # in a group checks again each recently freed inode before the free one it takes, so a few
 # cost a run little (3 freed inodes met by 100,000 allocations: some 300,000 buffer lookups),
