@@ -15,7 +15,8 @@ group with the fewest directories, which a trial just emptied is.
 
 So a trial's directory is made, its files' group probed (a probe file's inode: a file goes
 to the first group with free inodes in its directory's flex group), and, when that group lies
-in a flex group where a trial ended less than RECENT_S ago, made again under another name
+in a flex group (or one of the next `reach`) where a trial freed inodes less than RECENT_S
+ago, made again under another name
 (Orlov starts its search from a hash of the name, and each try's name is random: the same
 names in every new results file put each trial where the run before had just freed its
 inodes) up to ATTEMPTS times; the one kept (the first clear one, else the one freed longest
@@ -28,7 +29,9 @@ clock starts), and a covariate the reports test against the run's time.
 Measured the same way, each side after six quiet minutes (`LAYERBENCH_INODE_PLACEMENT=off`
 for the first): metadata runs in the slow mode 5 of 26 -> 0 of 26, their CV on the plain
 directory 26.6 % -> 13.6 % and on the bind mount 22.1 % -> 11.7 %; the extracts' slow runs
-(3 and 4 of 26) come from elsewhere and stayed."""
+(3 and 4 of 26) come from elsewhere and stayed. Those were found later (2026-12-07) to be the
+same skipping, where a trial's files had gone on past its first flex group: every block a
+trial freed inodes in is now kept clear (`ended`, fed by the teardown's walk of its tree)."""
 
 import collections
 import json
@@ -44,11 +47,10 @@ RECENT_S = 365.0  # ext4's RECENTCY_MIN + RECENTCY_DIRTY (60 + 300 s) and a marg
 # A trial's files start in its directory's flex group, which the probe sees, and spread on
 # from there (traced with ext4:ext4_allocate_inode, docs/statistics.md: an extract's 11,000
 # entries took 5 groups of one or two flex groups; metadata's 100,000 files in 10
-# directories 14 groups of 2 or 3, ext4's Orlov allocator moving a new directory on to the
-# next flex group as one fills); every block where a trial freed inodes is kept clear. mke2fs makes flex
-# groups of 16; the superblock that says so is not readable here, so a block of FLEX groups
-# stands for one, and a small file system (a test's image of 32 groups without flex_bg)
-# keeps away from the group alone.
+# directories 14 groups of 2 or 3); every block where a trial freed MATERIAL inodes or more
+# is kept clear. mke2fs makes flex groups of 16; the superblock that says so is not readable
+# here, so a block of FLEX groups stands for one, and a small file system (a test's image of
+# 32 groups without flex_bg) keeps away from the group alone.
 FLEX = 16
 FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
 # How many blocks past its first a new trial is kept clear of: as many as any trial of this
@@ -59,11 +61,11 @@ FLEX_SHARE = 1 / 128  # of the groups: 16 of 2,048
 REACH_MAX = 2
 # A block is kept clear only where a trial freed at least this many inodes. Every allocation
 # in a group checks again each recently freed inode before the free one it takes, so a few
-# cost a run little (3 freed inodes met by 100,000 allocations: some 300,000 buffer lookups),
-# while keeping a whole block clear for every trial that freed a handful (a stream-write's
-# two files, an image's one) used up the file system's blocks: in a default experiment of
-# 2026-12-07 (AMD EPYC host) 99 of its 128 blocks were to be avoided at its end, and from
-# its fifth round on all 8 tries of nearly every extract trial were taken.
+# cost a run little next to the thousands a trial's tree leaves, while keeping a whole block
+# clear for every trial that freed a handful (a stream-write's two files, an image's one)
+# used up the file system's blocks: in a default experiment of 2026-12-07 (AMD EPYC host) 99
+# of its 128 blocks were to be avoided at its end, and from its fifth round on all 8 tries
+# of nearly every extract and metadata trial were taken.
 MATERIAL = 64
 ATTEMPTS = 16
 SWITCH = "LAYERBENCH_INODE_PLACEMENT"  # "off": trials go where Orlov puts them (to measure it)
