@@ -123,3 +123,20 @@ def test_nothing_is_kept_clear_where_nothing_is_placed(
     groups = InodeGroups(tmp_path)
     groups.ended(_freed(3))
     assert groups.freed_ago(3) is None and not (tmp_path / placement.STATE).exists()
+
+
+def test_what_a_block_cannot_have_held_is_kept_clear_in_the_next(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Directories in one block that stood for more entries than half its inodes (the room
+    taken as free) spilled into the blocks after it: those are kept clear too, at most
+    REACH_MAX of them, and the last block spills into the first."""
+    room = 16 * 8192 // 2
+    _groups(monkeypatch, [1000.0], tmp_path).ended(
+        collections.Counter({16 * 8192 * 5 + 1: room + 3 * placement.MATERIAL})
+    )
+    later = _groups(monkeypatch, [1000.0], tmp_path)  # reach 0: each block on its own
+    assert [later.recent(16 * block) for block in (4, 5, 6, 7)] == [False, True, True, False]
+    _groups(monkeypatch, [1000.0], tmp_path).ended(collections.Counter({16 * 8192 * 127 + 1: 10 * room}))
+    later = _groups(monkeypatch, [1000.0], tmp_path)
+    assert [later.recent(16 * block) for block in (127, 0, 1, 2)] == [True, True, True, False]

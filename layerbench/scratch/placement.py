@@ -100,6 +100,7 @@ class InodeGroups:
         found = None if os.environ.get(SWITCH) == "off" else _no_journal_ext4(root)
         self.per_group = found[1] if found else None
         self.span = max(1, min(FLEX, int(found[0] * FLEX_SHARE))) if found else 1
+        self.blocks = -(-found[0] // self.span) if found else 0
         self.state = root / STATE
         self._avoid_until: dict[int, float] = self._load() if found else {}
         self.reach = 0  # blocks past a try's own that must be clear too (see REACH_MAX)
@@ -153,6 +154,18 @@ class InodeGroups:
         per_block: collections.Counter[int] = collections.Counter()
         for inode, count in freed.items():
             per_block[(inode - 1) // self.per_group // self.span] += count
+        # What a block cannot have held went on to the next: a directory's files start in
+        # its block and go on from there (metadata's 10 directories, all made before their
+        # files, lie in one block, their 100,000 files in 2 or 3). A block of the root holds
+        # the system's own files too, so half of it is taken as free.
+        room = self.span * self.per_group // 2
+        for block in sorted(per_block):
+            over = per_block[block] - room
+            for step in range(1, REACH_MAX + 1):
+                if over <= 0:
+                    break
+                per_block[(block + step) % self.blocks] += min(over, room)
+                over -= room
         blocks = {block for block, count in per_block.items() if count >= MATERIAL}
         if not blocks:
             return
