@@ -155,9 +155,9 @@ class InodeGroups:
         for inode, count in freed.items():
             per_block[(inode - 1) // self.per_group // self.span] += count
         # What a block cannot have held went on to the next: a directory's files start in
-        # its block and go on from there (metadata's 10 directories, all made before their
-        # files, lie in one block, their 100,000 files in 2 or 3). A block of the root holds
-        # the system's own files too, so half of it is taken as free.
+        # its block and go on from there (metadata makes its 10 directories before their
+        # files, and its 100,000 files took 2 or 3 blocks, traced). A block of the root
+        # holds the system's own files too, so half of it is taken as free.
         room = self.span * self.per_group // 2
         for block in sorted(per_block):
             over = per_block[block] - room
