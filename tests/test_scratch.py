@@ -1,3 +1,4 @@
+import collections
 import os
 import subprocess
 from pathlib import Path
@@ -246,7 +247,7 @@ def test_a_ctrl_c_while_a_trial_directory_is_deleted_still_deletes_it(
     removing = resources.remove_path
     calls: list[str] = []
 
-    def interrupted_once(target: str, root: Path) -> set[int] | None:
+    def interrupted_once(target: str, root: Path) -> collections.Counter[int] | None:
         calls.append(target)
         if len(calls) == 1:
             for child in sorted(Path(target).iterdir())[:1]:
