@@ -64,3 +64,34 @@ def test_ext4_without_a_journal_is_named(needs_root: None, scratch_root: Path) -
             assert ("no journal" in fsstate.summary(state)) is not journal
         finally:
             subprocess.run(["umount", "-d", str(target)], check=True)
+
+
+def _discards_completed(device: str) -> int:
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == device:
+            return int(fields[14])
+    raise AssertionError(f"{device} is not in /proc/diskstats")
+
+
+def test_without_a_journal_each_deletion_waits_for_its_discard(needs_root: None, scratch_root: Path) -> None:
+    """What the summary says of ext4 with online discard and no journal, checked on the
+    kernel: the discard of a deleted file's blocks has completed when its unlink returns."""
+    scratch_root.mkdir(parents=True)
+    image, target = scratch_root / "fs.img", scratch_root / "mnt"
+    target.mkdir()
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop,discard", str(image), str(target)], check=True)
+    try:
+        state = fsstate.describe(target)
+        assert fsstate.DISCARD_IN_THE_CALL in fsstate.summary(state)
+        assert fsstate.DEFERRED_WORK["discard"] not in fsstate.summary(state)
+        device = Path(state["source"]).name
+        (target / "data").write_bytes(bytes(1 << 20))
+        subprocess.run(["sync", "-f", str(target)], check=True)
+        before = _discards_completed(device)
+        (target / "data").unlink()
+        assert _discards_completed(device) > before
+    finally:
+        subprocess.run(["umount", "-d", str(target)], check=True)

@@ -116,3 +116,16 @@ def test_between_two_experiments_names_the_part_with_its_interval() -> None:
 
 def test_too_few_probes_compare_nothing() -> None:
     assert drift.between(_samples([0.05, 0.05]), _samples([0.1, 0.1])) == []
+
+
+def test_an_unsteady_cpu_is_named_with_its_spread_and_a_steady_one_is_not() -> None:
+    steady = _samples([0.05] * 8)  # its cpu part varies by well under 1 %
+    assert drift.unsteady_sentence(steady) is None
+    found = drift.cpu_steadiness(steady)
+    assert found is not None and found.cv < 0.01
+    unsteady = _samples([0.05] * 8, part="memory")
+    for sample, cpu in zip(unsteady, [0.055, 0.11, 0.06, 0.10, 0.052, 0.083, 0.09, 0.058], strict=True):
+        sample.parts["cpu"] = cpu
+    line = drift.unsteady_sentence(unsteady)
+    assert line is not None and "52-110 ms" in line and "CV 30 %" in line and "8 probes" in line
+    assert drift.cpu_steadiness(unsteady[:3]) is None  # too few probes to say

@@ -131,3 +131,44 @@ def sentence(moves: list[Movement], *, where: str) -> str | None:
         return None
     parts = ", ".join(m.phrase() for m in found)
     return f"the drift sentinel moved {where}: {parts}"
+
+
+# The CPU part is a fixed loop: its spread from probe to probe is the host's own CPU speed
+# moving (a vCPU slowed by the hypervisor's other work shows no steal time when it runs slower
+# rather than not at all). Measured on this project's VM with nothing else running: the same
+# loop took 105-254 ms, CV 22-30 % per vCPU, in phases of several seconds, the two vCPUs
+# largely apart (1-s means correlated 0.29). Beyond STEADY_CV a comparison finer than that
+# spread needs many more repetitions than a quiet host's.
+STEADY_CV = 0.10
+
+
+@dataclass(frozen=True)
+class Steadiness:
+    part: str
+    cv: float
+    low: float
+    high: float
+    samples: int
+
+    def sentence(self) -> str:
+        return (
+            f"the host's CPU speed moved from probe to probe: the drift sentinel's fixed CPU loop took "
+            f"{1000 * self.low:.0f}-{1000 * self.high:.0f} ms between trials (CV {100 * self.cv:.0f} %, "
+            f"{self.samples} probes); a run that spends its time on the CPU (system time included) is no "
+            "steadier than that, so comparisons of such runs finer than it need many more repetitions here"
+        )
+
+
+def cpu_steadiness(samples: list[sentinel.Sample], part: str = "cpu") -> Steadiness | None:
+    """The spread of the sentinel's CPU part over one experiment (None: too few probes)."""
+    values = _values(samples, part)
+    if len(values) < MIN_SAMPLES:
+        return None
+    cv = float(np.std(values, ddof=1) / np.mean(values))
+    return Steadiness(part, cv, float(values.min()), float(values.max()), len(values))
+
+
+def unsteady_sentence(samples: list[sentinel.Sample]) -> str | None:
+    """A warning where the host's CPU speed spread beyond STEADY_CV, or None."""
+    found = cpu_steadiness(samples)
+    return found.sentence() if found is not None and found.cv > STEADY_CV else None

@@ -28,6 +28,14 @@ DEFERRED_WORK = {
 # inode-table block is dirty; 5 s before Linux 5.7): a new file's inode search steps past
 # every such inode, so creating many files where many were just deleted costs several times
 # the system time.
+# ext4 without a journal discards freed blocks inside the call that frees them (no commit to
+# batch them at): each unlink of a file with data waits for its own discard. Measured on this
+# project's VM (root ext4, no journal, online discard): 3,000 unlinks of 4 KiB files took
+# 0.445 s, 148 us each, and all 3,000 discards completed within them, none in the second after.
+DISCARD_IN_THE_CALL = (
+    "online discard without a journal: each deletion waits for the discard of its blocks "
+    "(a device round trip inside the unlink)"
+)
 NO_JOURNAL = (
     "no journal: inodes freed in the last 60-300 s are not reused, so creating files where "
     "many were just deleted is slow (each trial's directory is placed in a fresh inode group)"
@@ -168,7 +176,9 @@ def summary(state: dict[str, Any]) -> str:
         )
     elif "from" in free:
         parts.append(f"free-space fragmentation {free['from']}")
-    parts += [DEFERRED_WORK[name] for name in state.get("deferred_work", [])]
+    for name in state.get("deferred_work", []):
+        in_the_call = name == "discard" and state.get("journal") is False and state.get("type") == "ext4"
+        parts.append(DISCARD_IN_THE_CALL if in_the_call else DEFERRED_WORK[name])
     if state.get("journal") is False:
         parts.append(NO_JOURNAL)
     return "; ".join(parts)

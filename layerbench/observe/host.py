@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from layerbench import __version__
-from layerbench.linux import mounts, system
-from layerbench.observe import fsstate
+from layerbench.linux import damon, mounts, system
+from layerbench.observe import fsstate, kernelstats
 
 
 def _read(path: str) -> str | None:
@@ -64,6 +64,15 @@ def _virtualization() -> str:
     return "guest (hypervisor flag)" if " hypervisor" in flags else "bare metal or unknown"
 
 
+def _free_page_reporting_order() -> int | None:
+    """The order of the blocks the kernel hands back to its hypervisor once free (9: 2 MiB),
+    where it has handed any back; None where it does not."""
+    if not kernelstats.read_reported_kib():
+        return None
+    order = _read("/sys/module/page_reporting/parameters/page_reporting_order")
+    return int(order) if order and order.isdigit() else None
+
+
 def describe(scratch_root: Path) -> dict[str, Any]:
     scratch_fs = fsstate.describe(scratch_root)
     devices = mounts.devices_under(scratch_root)
@@ -80,6 +89,9 @@ def describe(scratch_root: Path) -> dict[str, Any]:
         # Loop images live under the scratch root: on this same file system.
         "scratch_fs": scratch_fs,
         "disks": [_disk(mounts.whole_disk(d)) for d in devices][:1],
+        # What the kernel does to memory behind the runs' backs (the host's choice, not ours).
+        "free_page_reporting_order": _free_page_reporting_order(),
+        "damon_schemes": [scheme.as_json() for scheme in damon.running_schemes()],
         "python": platform.python_version(),
         "layerbench": __version__,
         "tools": _tool_versions(),
@@ -103,3 +115,23 @@ def _tool_versions() -> dict[str, str | None]:
     with concurrent.futures.ThreadPoolExecutor(len(_TOOLS)) as pool:
         answers = pool.map(lambda tool: system.tool_version(*tool), _TOOLS)
         return {name: version for (name, _), version in zip(_TOOLS, answers, strict=True)}
+
+
+def memory_summary(free_page_reporting_order: int | None, damon_schemes: list[dict[str, Any]]) -> str | None:
+    """What the kernel does to memory behind the runs, in words (None: nothing known)."""
+    parts = []
+    if free_page_reporting_order is not None:
+        block = 4 * 2**free_page_reporting_order
+        parts.append(
+            f"free page reporting on (free blocks of {block // 1024} MiB go back to the hypervisor "
+            "2 s after a free; a run that takes them again pays a host fault per page)"
+            if block >= 1024
+            else f"free page reporting on (free blocks of {block} KiB go back to the hypervisor)"
+        )
+    for stored in damon_schemes:
+        try:
+            scheme = damon.Scheme(**stored)
+        except TypeError:
+            continue  # stored by another version: its keys differ
+        parts.append(scheme.sentence())
+    return "; ".join(parts) or None

@@ -11,6 +11,7 @@ from layerbench.core import metrics
 from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
 from layerbench.observe import fsstate, sentinel
+from layerbench.observe.host import memory_summary
 from layerbench.reports import host_state
 from layerbench.reports.readers import READERS
 from layerbench.stats import adaptive, marginal, sequential
@@ -177,6 +178,8 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
+    if unsteady := host_state.unsteady_warning(data.sentinels):
+        data.warnings.append(unsteady)
     data.warnings += adaptive.notes(facts) + sequential.notes(facts)
     data.warnings += [line for read in READERS for line in read(runs)]
     data.warnings += [n for w in workloads for n in workload_kind(data, w).notes(_runs_by_stack(data, w))]
@@ -331,4 +334,9 @@ def host_lines(host: HostRecord) -> list[str]:
         f"Disk: {disks}",
         f"Scratch: {host.scratch_root} on {fs.get('type')} {fs.get('source')} ({fs.get('options')})",
         *([f"Scratch file system (and loop images): {state}"] if (state := fsstate.summary(fs)) else []),
+        *(
+            [f"Memory behind the runs: {memory}"]
+            if (memory := memory_summary(host.free_page_reporting_order, host.damon_schemes))
+            else []
+        ),
     ]

@@ -82,9 +82,10 @@ def sentinel_line(experiment: ExperimentRecord, samples: list[sentinel.Sample]) 
         return None
     cost = sum(s.cost_s for s in samples)
     medians = ", ".join(
-        f"{name} {1000 * float(np.median([s.parts[name] for s in samples if name in s.parts])):.1f} ms"
+        f"{name} {1000 * float(np.median(values)):.1f} ms"
+        + (f" CV {100 * float(np.std(values, ddof=1) / np.mean(values)):.0f} %" if len(values) > 1 else "")
         for name in sentinel.PARTS
-        if any(name in s.parts for s in samples)
+        if (values := [s.parts[name] for s in samples if name in s.parts])
     )
     line = f"drift sentinel: {len(samples)} probes (median {medians}); cost {cost:.1f} s"
     total = _seconds_between(experiment.started, experiment.finished)
@@ -122,6 +123,10 @@ def time_share_line(experiment: ExperimentRecord, runs: list[RunRecord]) -> str 
 
 def drift_warning(samples: list[sentinel.Sample]) -> str | None:
     return drift.sentence(drift.within(samples), where="during the experiment (later half against earlier)")
+
+
+def unsteady_warning(samples: list[sentinel.Sample]) -> str | None:
+    return drift.unsteady_sentence(samples)
 
 
 def sentinel_series(

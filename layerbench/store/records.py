@@ -183,6 +183,8 @@ class HostRecord(BaseModel):
     scratch_root: str | None = None
     scratch_fs: dict[str, JSON] = {}  # observe.fsstate.describe(): the file system's state
     disks: list[DiskRecord] = []
+    free_page_reporting_order: int | None = None  # free blocks of 2**order pages go back to the hypervisor
+    damon_schemes: list[dict[str, JSON]] = []  # linux.damon.Scheme.as_json() of each running scheme
     python: str | None = None
     layerbench: str | None = None
     tools: dict[str, str | None] = {}
