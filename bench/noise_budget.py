@@ -32,7 +32,7 @@ from layerbench.core import metrics  # noqa: E402
 from layerbench.core.facts import Fact  # noqa: E402
 from layerbench.core.runs import RunRecord  # noqa: E402
 from layerbench.executors.local import PHASE_TEARDOWN_S  # noqa: E402
-from layerbench.observe import kernelstats, noise, settle  # noqa: E402
+from layerbench.observe import cpu_speed, kernelstats, noise, settle  # noqa: E402
 from layerbench.observe.warm_memory import WARM_MEMORY_BYTES  # noqa: E402
 from layerbench.store import ExperimentRecord  # noqa: E402
 
@@ -78,6 +78,7 @@ FACTORS = (
     _of_fact("settle: bytes discarded while waiting", settle.DISCARDED_BYTES),
     _of_fact("settle: kernel threads' CPU while waiting (s)", settle.KTHREAD_CPU_S),
     _of_fact("runnable tasks at the start", noise.RUNNABLE_AT_START),
+    _of_fact("a fixed loop on the run's CPUs right before it (s)", cpu_speed.CPU_PROBE_S),
     _of_fact("load average (1 min)", noise.LOAD_1M),
     Factor("the trial's place in the experiment", "before", _column("trial")),
     Factor("the previous trial's teardown (s)", "before", _fact(PREVIOUS_TEARDOWN)),

@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from layerbench.analysis import covariates
 from layerbench.core.runs import RunRecord
 
@@ -53,3 +55,26 @@ def test_runs_whose_inode_group_a_trial_just_emptied_are_named_and_a_null_counts
     [note] = covariates.notes(runs)
     assert note.startswith("disk/metadata: its runs took shorter the more seconds since a trial ended near")
     assert "Spearman rho -" in note and "7 runs" in note and "2 to 365 s" in note
+
+
+def test_runs_that_follow_a_slow_cpu_before_them_are_named_with_the_probe_in_ms() -> None:
+    probes = [0.008, 0.009, 0.011, 0.013, 0.016, 0.019, 0.024]
+    times = [5.6, 5.9, 6.2, 6.8, 7.1, 7.7, 8.4]
+    runs = [
+        RunRecord(0, "disk", "metadata", "ok", values={"wall_s": wall}, facts={"cpu_probe_s": probe})
+        for wall, probe in zip(times, probes, strict=True)
+    ]
+    [note] = covariates.notes(runs)
+    assert note.startswith("disk/metadata: its runs took longer the more time a fixed loop took")
+    assert "Spearman rho +1.00" in note and "8.0 to 24.0 ms" in note
+
+
+def test_a_few_runs_get_the_exact_p_value_not_the_t_approximation() -> None:
+    """Five runs in perfect rank order: 2 of the 120 pairings are as extreme, p = 0.017, not the
+    t approximation's 1e-24; above ALPHA, so five such runs name nothing."""
+    rho, p_value = covariates.spearman([1, 2, 3, 4, 5], [0.4, 0.5, 0.52, 0.6, 0.7])
+    assert rho == pytest.approx(1.0) and p_value == pytest.approx(2 / 120)
+    assert covariates.notes(_runs([0.4, 0.8, 1.2, 1.6, 2.0], [1, 2, 3, 4, 5])) == []
+    # beyond EXACT_UP_TO runs, scipy's p-value (the exact one is about 2/12!, far below it)
+    _, many = covariates.spearman(list(range(12)), [float(v) for v in range(12)])
+    assert many < 1e-6

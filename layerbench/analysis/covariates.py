@@ -9,12 +9,17 @@ covariate's spread, so a reader sees a measured cause instead of "more repetitio
 help". A covariate is one entry of COVARIATES, read from the run's facts.
 """
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from layerbench.core.facts import JSON, Fact
 from layerbench.core.runs import RunRecord
 from layerbench.executors.local import INODE_GROUP_FREED_S_AGO
+from layerbench.observe.cpu_speed import CPU_PROBE_S
 from layerbench.observe.kernelstats import MEM_FREE_KIB_BEFORE_RUN, MEMORY_REPORTED_KIB_BEFORE_RUN
 
 NOISY_CV = 0.10
@@ -26,7 +31,7 @@ MIN_RUNS = 5
 class Covariate:
     fact: Fact[float]  # the run's fact that holds it
     words: str  # what it is, for the note
-    unit: str  # "KiB" (shown in MiB) or "s"
+    unit: str  # "KiB" (shown in MiB), "ms" (stored in seconds) or "s"
     absent: float | None = None  # the value a null fact stands for (None: the run is left out)
 
     def value(self, facts: Mapping[str, JSON]) -> float | None:
@@ -38,6 +43,8 @@ class Covariate:
     def spread(self, low: float, high: float) -> str:
         if self.unit == "KiB":
             return f"{low / 1024:.0f} to {high / 1024:.0f} MiB"
+        if self.unit == "ms":
+            return f"{1000 * low:.1f} to {1000 * high:.1f} ms"
         return f"{low:.0f} to {high:.0f} {self.unit}"
 
 
@@ -58,6 +65,13 @@ COVARIATES = (
         "journal skips each inode freed in the last 60-360 s)",
         "s",
         absent=365.0,
+    ),
+    # The hypervisor can slow a vCPU for seconds at a time without descheduling it
+    # (observe/cpu_speed.py): a fixed loop timed on the run's CPUs just before it.
+    Covariate(
+        CPU_PROBE_S,
+        "time a fixed loop took on the run's CPUs right before it (a slower CPU then)",
+        "ms",
     ),
 )
 
@@ -89,10 +103,29 @@ def _cv(values: list[float]) -> float:
     return float((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean)
 
 
-def associations(runs: list[RunRecord]) -> list[Association]:
-    """Every significant (covariate, noisy cell) association among the measured ok runs."""
+# Up to this many runs the p-value is exact, over every pairing of the runs' ranks (8! =
+# 40,320); scipy's t approximation reads p 1e-24 for a perfect rank order of 5 runs, whose
+# exact p is 2/5! = 0.017.
+EXACT_UP_TO = 8
+
+
+def spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided p-value: exact for a few runs, else scipy's."""
     from scipy import stats as scipy_stats  # deferred: 0.45 s of import `clean` needs not
 
+    found = scipy_stats.spearmanr(xs, ys)
+    rho = float(found.statistic)
+    if len(xs) > EXACT_UP_TO or math.isnan(rho):
+        return rho, float(found.pvalue)
+    rank_x = scipy_stats.rankdata(xs) - (len(xs) + 1) / 2
+    rank_y = scipy_stats.rankdata(ys) - (len(ys) + 1) / 2
+    pairings = rank_y[np.array(list(itertools.permutations(range(len(ys)))))]
+    every = pairings @ rank_x / math.sqrt(float(rank_x @ rank_x) * float(rank_y @ rank_y))
+    return rho, float(np.mean(np.abs(every) >= abs(rho) - 1e-12))
+
+
+def associations(runs: list[RunRecord]) -> list[Association]:
+    """Every significant (covariate, noisy cell) association among the measured ok runs."""
     cells: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
         if run.measured:
@@ -106,7 +139,7 @@ def associations(runs: list[RunRecord]) -> list[Association]:
             pairs = [(value, r.wall_s) for r in members if (value := covariate.value(r.facts)) is not None]
             if len(pairs) < MIN_RUNS or len({x for x, _ in pairs}) < 2:
                 continue
-            rho, p_value = scipy_stats.spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+            rho, p_value = spearman([x for x, _ in pairs], [y for _, y in pairs])
             if p_value < ALPHA:
                 xs = [x for x, _ in pairs]
                 found.append(

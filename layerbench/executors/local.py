@@ -20,6 +20,7 @@ from layerbench.executors.base import Executor, Setting
 from layerbench.guest.protocol import GuestRequest
 from layerbench.linux import cgroups
 from layerbench.observe import (
+    cpu_speed,
     durability,
     host,
     kernelstats,
@@ -344,6 +345,7 @@ class LocalExecutor(Executor):
         if setting.plan.wait_reporting_pass:
             prepared.facts.update(warm_memory.wait_for_reporting_pass(warm).facts())
         procs, pressure = self._pressure_group(built, workdir, resources)
+        prepared.facts.update(cpu_speed.facts(setting.plan.cpus))  # last before the clock: a covariate
         with contextlib.ExitStack() as observing:
             captures: list[Capture] = [observing.enter_context(self._free_page_reporting.around())]
             warm.release()  # last: the run's first allocations take these pages back
