@@ -24,17 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from layerbench.observe import cpu_speed  # noqa: E402
+
 LOOP = 1_000_000
 PROBE = 200_000
 
 _PINNED_LOOP = """
 import os, sys, time
+from layerbench.observe.cpu_speed import fixed_loop
 os.sched_setaffinity(0, {int(sys.argv[1])})
 end = time.time() + float(sys.argv[2])
 while time.time() < end:
-    began = time.perf_counter(); x = 0
-    for i in range(LOOP): x += i * i
-    print(time.time(), time.perf_counter() - began)
+    print(time.time(), fixed_loop(LOOP))
 """.replace("LOOP", str(LOOP))
 
 _FILES = """
@@ -56,7 +60,10 @@ def cpus_side_by_side(seconds: float) -> None:
     steal = _steal_ticks()
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _PINNED_LOOP, str(cpu), str(seconds)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _PINNED_LOOP, str(cpu), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         for cpu in cpus
     ]
@@ -89,11 +96,7 @@ def cpus_side_by_side(seconds: float) -> None:
 
 
 def _probe() -> float:
-    began = time.perf_counter()
-    x = 0
-    for i in range(PROBE):
-        x += i * i
-    return time.perf_counter() - began
+    return cpu_speed.fixed_loop(PROBE)
 
 
 def probe_before_runs(scratch: Path, rounds: int) -> None:

@@ -137,7 +137,7 @@ def sentence(moves: list[Movement], *, where: str) -> str | None:
 # moving (a vCPU slowed by the hypervisor's other work shows no steal time when it runs slower
 # rather than not at all). Measured on this project's VM with nothing else running: the same
 # loop took 105-254 ms, CV 22-30 % per vCPU, in phases of several seconds, the two vCPUs
-# largely apart (1-s means correlated 0.29). Beyond STEADY_CV a comparison finer than that
+# largely apart (1-s means correlated 0.29-0.44). Beyond STEADY_CV a comparison finer than that
 # spread needs many more repetitions than a quiet host's.
 STEADY_CV = 0.10
 

@@ -26,10 +26,12 @@ declare(CPU_PROBE_S)
 _ITERATIONS = 100_000
 
 
-def _loop() -> float:
+def fixed_loop(iterations: int = _ITERATIONS) -> float:
+    """Seconds a loop of `iterations` additions of squares takes here: CPU and nothing else
+    (the drift sentinel's CPU part is the same loop, longer)."""
     began = time.perf_counter()
     total = 0
-    for i in range(_ITERATIONS):
+    for i in range(iterations):
         total += i * i
     return time.perf_counter() - began
 
@@ -43,7 +45,7 @@ def probe(cpus: list[int] | None = None) -> float:
     try:
         for cpu in chosen:
             os.sched_setaffinity(0, {cpu})
-            took.append(_loop())
+            took.append(fixed_loop())
     finally:
         os.sched_setaffinity(0, allowed)
     return sum(took) / len(took)

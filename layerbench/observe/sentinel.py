@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layerbench.observe import cpu_speed
+
 CPU_LOOP = 1_000_000  # iterations of a fixed Python loop: ~25 ms here
 MEMORY_BYTES = 64 << 20  # fresh anonymous pages touched once each
 DEVICE_BYTES = 4 << 20  # written, fsync'd and deleted on the scratch root's file system
@@ -36,11 +38,7 @@ class Part:
 
 
 def _cpu(_: Path) -> float:
-    began = time.perf_counter()
-    total = 0
-    for i in range(CPU_LOOP):
-        total += i * i
-    return time.perf_counter() - began
+    return cpu_speed.fixed_loop(CPU_LOOP)
 
 
 def _memory(_: Path) -> float:
