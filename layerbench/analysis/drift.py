@@ -144,7 +144,6 @@ STEADY_CV = 0.10
 
 @dataclass(frozen=True)
 class Steadiness:
-    part: str
     cv: float
     low: float
     high: float
@@ -159,13 +158,13 @@ class Steadiness:
         )
 
 
-def cpu_steadiness(samples: list[sentinel.Sample], part: str = "cpu") -> Steadiness | None:
+def cpu_steadiness(samples: list[sentinel.Sample]) -> Steadiness | None:
     """The spread of the sentinel's CPU part over one experiment (None: too few probes)."""
-    values = _values(samples, part)
+    values = _values(samples, "cpu")
     if len(values) < MIN_SAMPLES:
         return None
     cv = float(np.std(values, ddof=1) / np.mean(values))
-    return Steadiness(part, cv, float(values.min()), float(values.max()), len(values))
+    return Steadiness(cv, float(values.min()), float(values.max()), len(values))
 
 
 def unsteady_sentence(samples: list[sentinel.Sample]) -> str | None:

@@ -24,10 +24,6 @@ DEFERRED_WORK = {
     "discard": "online discard: deletions turn into discard requests the device works through later",
     "lazytime": "timestamps are written back later",
 }
-# ext4 without a journal does not reuse an inode freed in the last 60 s (300 s while its
-# inode-table block is dirty; 5 s before Linux 5.7): a new file's inode search steps past
-# every such inode, so creating many files where many were just deleted costs several times
-# the system time.
 # ext4 without a journal discards freed blocks inside the call that frees them (no commit to
 # batch them at): each unlink of a file with data waits for its own discard. Measured on this
 # project's VM (root ext4, no journal, online discard): 3,000 unlinks of 4 KiB files took
@@ -36,6 +32,10 @@ DISCARD_IN_THE_CALL = (
     "online discard without a journal: each deletion waits for the discard of its blocks "
     "(a device round trip inside the unlink)"
 )
+# ext4 without a journal does not reuse an inode freed in the last 60 s (300 s while its
+# inode-table block is dirty; 5 s before Linux 5.7): a new file's inode search steps past
+# every such inode, so creating many files where many were just deleted costs several times
+# the system time.
 NO_JOURNAL = (
     "no journal: inodes freed in the last 60-300 s are not reused, so creating files where "
     "many were just deleted is slow (each trial's directory is placed in a fresh inode group)"

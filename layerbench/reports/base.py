@@ -6,7 +6,7 @@ from functools import cached_property, partial
 import numpy as np
 
 from layerbench import stats
-from layerbench.analysis import decompose, explain
+from layerbench.analysis import decompose, drift, explain
 from layerbench.core import metrics
 from layerbench.core.runs import RunRecord, known
 from layerbench.core.sizes import format_size
@@ -178,7 +178,7 @@ def gather(store: Store, experiment_id: int) -> ReportData:
         data.warnings.append(
             moved + ": absolute times drifted with it; ratios taken in one round hold better"
         )
-    if unsteady := host_state.unsteady_warning(data.sentinels):
+    if unsteady := drift.unsteady_sentence(data.sentinels):
         data.warnings.append(unsteady)
     data.warnings += adaptive.notes(facts) + sequential.notes(facts)
     data.warnings += [line for read in READERS for line in read(runs)]

@@ -125,10 +125,6 @@ def drift_warning(samples: list[sentinel.Sample]) -> str | None:
     return drift.sentence(drift.within(samples), where="during the experiment (later half against earlier)")
 
 
-def unsteady_warning(samples: list[sentinel.Sample]) -> str | None:
-    return drift.unsteady_sentence(samples)
-
-
 def sentinel_series(
     sides: dict[str, list[sentinel.Sample]], reference: list[sentinel.Sample]
 ) -> dict[str, tuple[list[float], list[float]]]:
